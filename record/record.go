@@ -1,0 +1,92 @@
+// Package record defines the handshake record of SPEC.md: one per TCP or QUIC
+// connection that carried a ClientHello. Every producer (sniffer) and every
+// sink (JSONL, Kafka, Prometheus) shares this one type.
+package record
+
+import "time"
+
+// KeyShare is one ClientHello key_share entry.
+type KeyShare struct {
+	Group string `json:"group"`
+	Bytes int    `json:"bytes"`
+}
+
+// Log is the access-log line joined to a handshake.
+type Log struct {
+	Source    string `json:"source"` // "nginx" or "caddy"
+	Status    int    `json:"status,omitempty"`
+	Method    string `json:"method,omitempty"`
+	Host      string `json:"host,omitempty"`
+	Path      string `json:"path,omitempty"`
+	UserAgent string `json:"user_agent,omitempty"`
+	PID       int    `json:"pid,omitempty"`
+	SSLCurve  string `json:"ssl_curve,omitempty"`
+}
+
+// Generation identifies the server process generation that accepted the connection.
+type Generation struct {
+	ID        string `json:"id"`
+	MasterPID int    `json:"master_pid,omitempty"`
+	WorkerPID int    `json:"worker_pid,omitempty"`
+	Exe       string `json:"exe,omitempty"`
+	ExeSHA256 string `json:"exe_sha256,omitempty"`
+	OpenSSL   string `json:"openssl,omitempty"`
+}
+
+// Outcome values.
+const (
+	OutcomeOK        = "ok"
+	OutcomeAlert     = "alert"
+	OutcomeReset     = "reset"
+	OutcomeTimeout   = "timeout"
+	OutcomeTruncated = "truncated"
+)
+
+// Transport values.
+const (
+	TransportTCP  = "tcp"
+	TransportQUIC = "quic"
+)
+
+// Handshake is the record of SPEC.md. Field names are fixed; absent values are
+// omitted, never faked.
+type Handshake struct {
+	TS                      time.Time   `json:"ts"`
+	Transport               string      `json:"transport"`
+	Client                  string      `json:"client"`
+	Server                  string      `json:"server"`
+	SNI                     string      `json:"sni,omitempty"`
+	ALPN                    []string    `json:"alpn,omitempty"`
+	OfferedGroups           []string    `json:"offered_groups,omitempty"`
+	KeyShares               []KeyShare  `json:"key_shares,omitempty"`
+	PQOffered               bool        `json:"pq_offered"`
+	Version                 string      `json:"version,omitempty"`
+	Cipher                  string      `json:"cipher,omitempty"`
+	Group                   string      `json:"group,omitempty"`
+	PQ                      bool        `json:"pq"`
+	HRR                     bool        `json:"hrr"`
+	HRRGroup                string      `json:"hrr_group,omitempty"`
+	ClientHelloBytes        int         `json:"client_hello_bytes,omitempty"`
+	ServerHelloBytes        int         `json:"server_hello_bytes,omitempty"`
+	ClientHelloSegments     int         `json:"client_hello_segments,omitempty"`
+	ClientHelloWireSegments int         `json:"client_hello_wire_segments,omitempty"`
+	Outcome                 string      `json:"outcome"`
+	Alert                   string      `json:"alert,omitempty"`
+	HandshakeRTTMicros      int64       `json:"handshake_rtt_us,omitempty"`
+	JA4                     string      `json:"ja4,omitempty"`
+	Log                     *Log        `json:"log,omitempty"`
+	Generation              *Generation `json:"generation,omitempty"`
+
+	// Fields below are internal to pqwatch (not part of the SPEC record) and
+	// never serialised. They let joins and forecasts work without re-parsing.
+	ClientAddr  [16]byte `json:"-"` // IPv4-mapped when IPv4
+	ClientPort  uint16   `json:"-"`
+	ServerPort  uint16   `json:"-"`
+	OfferedIDs  []uint16 `json:"-"` // supported_groups codepoints, GREASE removed
+	KeyShareIDs []uint16 `json:"-"` // key_share codepoints, GREASE removed
+}
+
+// Sink consumes records. Implementations must copy what they keep beyond the call.
+type Sink interface {
+	Write(h *Handshake) error
+}
