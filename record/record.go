@@ -3,7 +3,10 @@
 // sink (JSONL, Kafka, Prometheus) shares this one type.
 package record
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // KeyShare is one ClientHello key_share entry.
 type KeyShare struct {
@@ -89,4 +92,17 @@ type Handshake struct {
 // Sink consumes records. Implementations must copy what they keep beyond the call.
 type Sink interface {
 	Write(h *Handshake) error
+}
+
+// TimeFormat is the record's timestamp layout: RFC 3339, UTC, nanoseconds
+// always printed (fixed width, so lines sort as text).
+const TimeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
+// MarshalJSON writes ts with all nine fractional digits.
+func (h Handshake) MarshalJSON() ([]byte, error) {
+	type plain Handshake
+	return json.Marshal(struct {
+		TS string `json:"ts"`
+		plain
+	}{h.TS.UTC().Format(TimeFormat), plain(h)})
 }

@@ -1,0 +1,44 @@
+# pqwatch — see README.md.
+GO      ?= go
+BIN     ?= bin/pqwatch
+PKGS    ?= ./...
+export CGO_ENABLED ?= 0
+
+.PHONY: all build run test test-short bench fuzz vet lint clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/pqwatch
+
+# The main job on an embedded default: no setup, no external service.
+run: build
+	./$(BIN) demo
+
+# Everything: unit, fuzz-seed, conformance and (as root, with nginx/caddy/
+# tshark/prometheus installed) live tests. Tests that lack root or a tool
+# skip and say why.
+test:
+	$(GO) vet $(PKGS)
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+test-short:
+	$(GO) test -short -count=1 $(PKGS)
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./tlsparse ./sniffer/... ./logparse ./exporter ./join
+	$(GO) run ./internal/benchcmp -pqwatch ./$(BIN)
+
+fuzz:
+	@for p in ./tlsparse ./sniffer/quic ./sniffer ./logparse; do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$p || exit 1; \
+	  done; \
+	done
+
+vet:
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
+
+clean:
+	rm -rf bin

@@ -1,0 +1,563 @@
+package exporter
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// SchemaVersion is the value of the schema_version header on every message.
+const SchemaVersion = "1"
+
+// SchemaHeader is the header that carries SchemaVersion.
+const SchemaHeader = "schema_version"
+
+// DefaultKafkaTopic is the handshake topic of SPEC.md.
+const DefaultKafkaTopic = "pqwatch.handshakes"
+
+// KafkaKey chooses the message key, and so the partition and the unit of
+// ordering.
+type KafkaKey string
+
+// Message keys.
+const (
+	KeyServer        KafkaKey = "server"         // server ip:port
+	KeySNI           KafkaKey = "sni"            // server_name (empty when absent)
+	KeyClientNetwork KafkaKey = "client_network" // client /24 (IPv4) or /64 (IPv6)
+	KeyNone          KafkaKey = "none"           // no key: round-robin, no ordering
+)
+
+// Acks is the producer acknowledgement level.
+type Acks string
+
+// Acknowledgement levels.
+const (
+	AcksAll    Acks = "all"    // every in-sync replica (default)
+	AcksLeader Acks = "leader" // the partition leader only
+	AcksNone   Acks = "none"   // fire and forget: delivery is not confirmed
+)
+
+// SASLConfig selects SASL authentication.
+type SASLConfig struct {
+	Mechanism string // "plain", "scram-sha-256" or "scram-sha-512"
+	Username  string
+	Password  string
+}
+
+// KafkaConfig configures the Kafka sink. Zero values take the defaults noted.
+type KafkaConfig struct {
+	Brokers  []string // host:port, required
+	Topic    string   // default DefaultKafkaTopic
+	Key      KafkaKey // default KeyServer
+	Acks     Acks     // default AcksAll
+	ClientID string   // default "pqwatch"
+
+	BatchSize    int           // messages per produce batch, default 1000
+	BatchBytes   int64         // bytes per produce batch, default 1 MiB
+	BatchTimeout time.Duration // longest wait to fill a batch, default 50ms
+	WriteTimeout time.Duration // per produce request, default 10s
+	Compression  string        // "none", "gzip", "snappy", "lz4", "zstd"; default "snappy"
+
+	TLS  *tls.Config // nil: plaintext
+	SASL *SASLConfig // nil: no authentication
+
+	// MemoryBytes caps the in-memory queue of undelivered messages, default
+	// 64 MiB.
+	MemoryBytes int64
+	// SpoolDir, when set, enables the disk spool: messages that do not fit
+	// in memory are appended to segment files there, up to SpoolBytes
+	// (default 1 GiB) in segments of SpoolSegmentBytes (default 4 MiB).
+	// Spooled messages left at shutdown are delivered after a restart.
+	SpoolDir          string
+	SpoolBytes        int64
+	SpoolSegmentBytes int64
+
+	RetryBackoffMin time.Duration // default 100ms
+	RetryBackoffMax time.Duration // default 5s
+
+	// RollupTopic, when set, enables per-window rollups per server and
+	// group (RollupRow) on that topic, every RollupInterval (default 1m,
+	// aligned to the wall clock), for at most RollupMaxServers servers
+	// (default 1024).
+	RollupTopic      string
+	RollupInterval   time.Duration
+	RollupMaxServers int
+
+	Metrics *Metrics     // optional: pqwatch_kafka_messages_total
+	Logger  *slog.Logger // optional: default slog.Default()
+}
+
+// KafkaStats are the sink's cumulative message counts.
+type KafkaStats struct {
+	Enqueued  uint64 // accepted by Write (memory or spool), rollups included
+	Delivered uint64 // acknowledged by the broker
+	Failed    uint64 // delivery attempts that failed (messages were retried)
+	Spooled   uint64 // written to the disk spool
+	Dropped   uint64 // lost: no room, too large, or undeliverable at Close
+	Queued    int    // in memory now
+	SpoolSize int64  // unread spool bytes now
+}
+
+// Kafka is a record.Sink that produces each record as a JSON message.
+//
+// Design: Write encodes the record and appends it to a bounded queue (memory,
+// then the optional disk spool) and never touches the network. One delivery
+// goroutine takes batches from the head of the queue and writes them with a
+// synchronous kafka.Writer.WriteMessages; a message leaves the queue only
+// when the broker acknowledged it. A failed batch stays at the head and is
+// retried with exponential backoff, so nothing is lost to an outage while
+// the bound holds, and messages of one key (one partition) are delivered in
+// order. This replaces kafka-go's Async mode, whose Completion callback
+// would hand failed batches back out of order with newer ones already in
+// flight.
+//
+// Delivery is at least once: when a broker dies after appending a batch but
+// before its acknowledgement arrives, the retry duplicates that batch
+// (kafka-go has no idempotent producer).
+type Kafka struct {
+	cfg    KafkaConfig
+	w      *kafka.Writer
+	q      *queue
+	log    *slog.Logger
+	m      *Metrics
+	rollup *Rollup
+
+	closed  atomic.Bool
+	closing chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+
+	enqueued, delivered, failed, spooled, dropped atomic.Uint64
+
+	scratch sync.Pool
+}
+
+// NewKafka validates cfg, opens the spool if configured and starts delivery.
+// It does not contact the brokers: an unreachable cluster only delays
+// delivery.
+func NewKafka(cfg KafkaConfig) (*Kafka, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, fmt.Errorf("%w: no kafka brokers", ErrConfig)
+	}
+	setDefault(&cfg.Topic, DefaultKafkaTopic)
+	setDefault(&cfg.Key, KeyServer)
+	setDefault(&cfg.Acks, AcksAll)
+	setDefault(&cfg.ClientID, "pqwatch")
+	setDefault(&cfg.Compression, "snappy")
+	setDefault(&cfg.BatchSize, 1000)
+	setDefault(&cfg.BatchBytes, 1<<20)
+	setDefault(&cfg.BatchTimeout, 50*time.Millisecond)
+	setDefault(&cfg.WriteTimeout, 10*time.Second)
+	setDefault(&cfg.MemoryBytes, 64<<20)
+	setDefault(&cfg.SpoolBytes, 1<<30)
+	setDefault(&cfg.SpoolSegmentBytes, 4<<20)
+	setDefault(&cfg.RetryBackoffMin, 100*time.Millisecond)
+	setDefault(&cfg.RetryBackoffMax, 5*time.Second)
+	setDefault(&cfg.RollupInterval, time.Minute)
+	setDefault(&cfg.RollupMaxServers, 1024)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+
+	var acks kafka.RequiredAcks
+	switch cfg.Acks {
+	case AcksAll:
+		acks = kafka.RequireAll
+	case AcksLeader:
+		acks = kafka.RequireOne
+	case AcksNone:
+		acks = kafka.RequireNone
+	default:
+		return nil, fmt.Errorf("%w: kafka acks %q", ErrConfig, cfg.Acks)
+	}
+	switch cfg.Key {
+	case KeyServer, KeySNI, KeyClientNetwork, KeyNone:
+	default:
+		return nil, fmt.Errorf("%w: kafka key %q", ErrConfig, cfg.Key)
+	}
+	var codec kafka.Compression
+	switch cfg.Compression {
+	case "none":
+	case "gzip":
+		codec = kafka.Gzip
+	case "snappy":
+		codec = kafka.Snappy
+	case "lz4":
+		codec = kafka.Lz4
+	case "zstd":
+		codec = kafka.Zstd
+	default:
+		return nil, fmt.Errorf("%w: kafka compression %q", ErrConfig, cfg.Compression)
+	}
+	var mech sasl.Mechanism
+	if s := cfg.SASL; s != nil {
+		var err error
+		switch s.Mechanism {
+		case "plain":
+			mech = plain.Mechanism{Username: s.Username, Password: s.Password}
+		case "scram-sha-256":
+			mech, err = scram.Mechanism(scram.SHA256, s.Username, s.Password)
+		case "scram-sha-512":
+			mech, err = scram.Mechanism(scram.SHA512, s.Username, s.Password)
+		default:
+			return nil, fmt.Errorf("%w: kafka sasl mechanism %q", ErrConfig, s.Mechanism)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: kafka sasl: %w", ErrConfig, err)
+		}
+	}
+
+	var sp *spool
+	if cfg.SpoolDir != "" {
+		var err error
+		if sp, err = openSpool(cfg.SpoolDir, cfg.SpoolBytes, cfg.SpoolSegmentBytes); err != nil {
+			return nil, err
+		}
+	}
+
+	var balancer kafka.Balancer = &kafka.Hash{}
+	if cfg.Key == KeyNone {
+		balancer = &kafka.RoundRobin{}
+	}
+	k := &Kafka{
+		cfg: cfg,
+		w: &kafka.Writer{
+			Addr:         kafka.TCP(cfg.Brokers...),
+			Balancer:     balancer,
+			MaxAttempts:  3,
+			BatchSize:    cfg.BatchSize,
+			BatchBytes:   cfg.BatchBytes,
+			BatchTimeout: cfg.BatchTimeout,
+			WriteTimeout: cfg.WriteTimeout,
+			ReadTimeout:  cfg.WriteTimeout,
+			RequiredAcks: acks,
+			Compression:  codec,
+			Transport: &kafka.Transport{
+				ClientID:    cfg.ClientID,
+				TLS:         cfg.TLS,
+				SASL:        mech,
+				DialTimeout: 5 * time.Second,
+				MetadataTTL: 30 * time.Second,
+			},
+		},
+		q:       newQueue(cfg.MemoryBytes, sp),
+		log:     cfg.Logger,
+		m:       cfg.Metrics,
+		closing: make(chan struct{}),
+	}
+	k.scratch.New = func() any { b := make([]byte, 0, 2048); return &b }
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+	if cfg.RollupTopic != "" {
+		now := time.Now()
+		k.rollup = NewRollup(now.Truncate(cfg.RollupInterval), cfg.RollupMaxServers)
+		k.wg.Add(1)
+		go k.rollupLoop()
+	}
+	k.wg.Add(1)
+	go k.deliver()
+	return k, nil
+}
+
+func setDefault[T comparable](p *T, v T) {
+	var zero T
+	if *p == zero {
+		*p = v
+	}
+}
+
+// Write implements record.Sink: it encodes h and queues it for delivery. It
+// never blocks on the network. It returns ErrClosed after Close and
+// ErrDropped when the record did not fit in the bounded buffer (counted).
+func (k *Kafka) Write(h *record.Handshake) error {
+	if k.closed.Load() {
+		return ErrClosed
+	}
+	if k.rollup != nil {
+		_ = k.rollup.Write(h)
+	}
+	bp := k.scratch.Get().(*[]byte)
+	buf := appendKey((*bp)[:0], k.cfg.Key, h)
+	klen := len(buf)
+	buf = AppendJSON(buf, h)
+	// One allocation per message holds its key and value.
+	kv := make([]byte, len(buf))
+	copy(kv, buf)
+	*bp = buf
+	k.scratch.Put(bp)
+	m := qmsg{topic: k.cfg.Topic, value: kv[klen:len(kv):len(kv)]}
+	if klen > 0 {
+		m.key = kv[:klen:klen]
+	}
+	if int64(len(kv)+len(m.topic)+64) > k.cfg.BatchBytes {
+		// kafka-go refuses a message larger than a batch: never deliverable.
+		k.dropped.Add(1)
+		k.m.KafkaMessages(KafkaDropped, 1)
+		return ErrDropped
+	}
+	return k.enqueue(m)
+}
+
+func (k *Kafka) enqueue(m qmsg) error {
+	switch k.q.push(m) {
+	case pushSpooled:
+		k.enqueued.Add(1)
+		k.spooled.Add(1)
+		k.m.KafkaMessages(KafkaSpooled, 1)
+	case pushDropped:
+		k.dropped.Add(1)
+		k.m.KafkaMessages(KafkaDropped, 1)
+		return ErrDropped
+	default:
+		k.enqueued.Add(1)
+	}
+	return nil
+}
+
+// appendKey appends the message key of h chosen by key.
+func appendKey(dst []byte, key KafkaKey, h *record.Handshake) []byte {
+	switch key {
+	case KeyServer:
+		return append(dst, h.Server...)
+	case KeySNI:
+		return append(dst, h.SNI...)
+	case KeyClientNetwork:
+		return appendClientNetwork(dst, h)
+	}
+	return dst
+}
+
+// appendClientNetwork appends the client's /24 (IPv4) or /64 (IPv6) in
+// prefix notation, from ClientAddr when set, else from the Client string.
+func appendClientNetwork(dst []byte, h *record.Handshake) []byte {
+	var addr netip.Addr
+	if h.ClientAddr != ([16]byte{}) {
+		addr = netip.AddrFrom16(h.ClientAddr).Unmap()
+	} else if ap, err := netip.ParseAddrPort(h.Client); err == nil {
+		addr = ap.Addr().Unmap()
+	} else if a, err := netip.ParseAddr(h.Client); err == nil {
+		addr = a.Unmap()
+	} else {
+		return dst
+	}
+	bits := 64
+	if addr.Is4() {
+		bits = 24
+	}
+	p, err := addr.Prefix(bits)
+	if err != nil {
+		return dst
+	}
+	b, err := p.AppendText(dst)
+	if err != nil {
+		return dst
+	}
+	return b
+}
+
+// deliver is the single delivery goroutine.
+func (k *Kafka) deliver() {
+	defer k.wg.Done()
+	backoff := k.cfg.RetryBackoffMin
+	batch := make([]qmsg, 0, k.cfg.BatchSize)
+	msgs := make([]kafka.Message, 0, k.cfg.BatchSize)
+	header := []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaVersion)}}
+	for {
+		if err := k.q.takeSpoolErr(); err != nil {
+			k.log.Warn("kafka spool", "err", err)
+		}
+		if n := k.q.takeCorrupt(); n > 0 {
+			k.dropped.Add(uint64(n))
+			k.m.KafkaMessages(KafkaDropped, n)
+		}
+		batch = k.q.peek(batch[:0], k.cfg.BatchSize)
+		if len(batch) == 0 {
+			select {
+			case <-k.q.notify:
+				continue
+			case <-k.closing:
+				if k.q.empty() {
+					return
+				}
+				continue
+			case <-k.ctx.Done():
+				return
+			}
+		}
+		msgs = msgs[:0]
+		for i := range batch {
+			msgs = append(msgs, kafka.Message{Topic: batch[i].topic, Key: batch[i].key, Value: batch[i].value, Headers: header})
+		}
+		err := k.w.WriteMessages(k.ctx, msgs...)
+		if err == nil {
+			k.q.ack(len(batch), nil)
+			k.delivered.Add(uint64(len(batch)))
+			k.m.KafkaMessages(KafkaDelivered, len(batch))
+			backoff = k.cfg.RetryBackoffMin
+			continue
+		}
+		if k.ctx.Err() != nil {
+			return
+		}
+		failed := make([]bool, len(batch))
+		nFailed := len(batch)
+		var werr kafka.WriteErrors
+		if errors.As(err, &werr) && len(werr) == len(batch) {
+			nFailed = 0
+			for i, e := range werr {
+				if e != nil {
+					failed[i] = true
+					nFailed++
+				}
+			}
+		} else {
+			for i := range failed {
+				failed[i] = true
+			}
+		}
+		if ok := len(batch) - nFailed; ok > 0 {
+			k.delivered.Add(uint64(ok))
+			k.m.KafkaMessages(KafkaDelivered, ok)
+		}
+		k.q.ack(len(batch), failed)
+		k.failed.Add(uint64(nFailed))
+		k.m.KafkaMessages(KafkaFailed, nFailed)
+		k.log.Warn("kafka delivery failed, will retry", "messages", nFailed, "backoff", backoff, "err", firstError(err))
+		select {
+		case <-time.After(backoff):
+		case <-k.ctx.Done():
+			return
+		}
+		backoff = min(backoff*2, k.cfg.RetryBackoffMax)
+	}
+}
+
+// firstError reduces kafka.WriteErrors, one error per message, to its first
+// non-nil error.
+func firstError(err error) error {
+	var werr kafka.WriteErrors
+	if errors.As(err, &werr) {
+		for _, e := range werr {
+			if e != nil {
+				return fmt.Errorf("%d/%d messages failed, first: %w", werr.Count(), len(werr), e)
+			}
+		}
+	}
+	return err
+}
+
+// rollupLoop emits the rollup rows at every interval boundary.
+func (k *Kafka) rollupLoop() {
+	defer k.wg.Done()
+	iv := k.cfg.RollupInterval
+	for {
+		next := time.Now().Truncate(iv).Add(iv)
+		t := time.NewTimer(time.Until(next))
+		select {
+		case <-t.C:
+			k.emitRollups(next)
+		case <-k.closing:
+			t.Stop()
+			return
+		}
+	}
+}
+
+func (k *Kafka) emitRollups(end time.Time) {
+	for _, row := range k.rollup.Flush(end) {
+		v, err := json.Marshal(row)
+		if err != nil { // cannot happen: plain types only
+			k.log.Error("kafka rollup encode", "err", err)
+			continue
+		}
+		_ = k.enqueue(qmsg{topic: k.cfg.RollupTopic, key: []byte(row.Server), value: v})
+	}
+}
+
+// Stats returns the sink's counters.
+func (k *Kafka) Stats() KafkaStats {
+	n, sb := k.q.len()
+	return KafkaStats{
+		Enqueued:  k.enqueued.Load(),
+		Delivered: k.delivered.Load(),
+		Failed:    k.failed.Load(),
+		Spooled:   k.spooled.Load(),
+		Dropped:   k.dropped.Load(),
+		Queued:    n,
+		SpoolSize: sb,
+	}
+}
+
+// Close stops accepting records, emits the last partial rollup window and
+// delivers what is queued until ctx is done. Then, whatever is still in
+// memory goes to the spool when one is configured (and is delivered after a
+// restart) or is counted as dropped. Closing the kafka.Writer, which can hang
+// while brokers are down, is also bounded by ctx. Close returns an error
+// wrapping ctx.Err() when messages were left undelivered, and ErrClosed when
+// called again.
+func (k *Kafka) Close(ctx context.Context) error {
+	first := false
+	k.once.Do(func() { first = true })
+	if !first {
+		return ErrClosed
+	}
+	if k.rollup != nil {
+		k.emitRollups(time.Now())
+	}
+	k.closed.Store(true)
+	close(k.closing)
+	k.q.signal()
+
+	done := make(chan struct{})
+	go func() {
+		k.wg.Wait()
+		close(done)
+	}()
+	var errs []error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		k.cancel() // aborts the in-flight WriteMessages
+		<-done
+	}
+	k.cancel()
+
+	lost, err := k.q.close()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if lost > 0 {
+		k.dropped.Add(uint64(lost))
+		k.m.KafkaMessages(KafkaDropped, lost)
+		errs = append(errs, fmt.Errorf("exporter: kafka close: %d messages undelivered: %w", lost, context.Cause(ctx)))
+	}
+
+	wclosed := make(chan error, 1)
+	go func() { wclosed <- k.w.Close() }()
+	select {
+	case err := <-wclosed:
+		if err != nil {
+			errs = append(errs, fmt.Errorf("exporter: kafka close: %w", err))
+		}
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("exporter: kafka close writer: %w", context.Cause(ctx)))
+	}
+	return errors.Join(errs...)
+}
+
+var _ record.Sink = (*Kafka)(nil)

@@ -1,0 +1,594 @@
+// Package join attaches access-log lines (nginx, Caddy) to captured handshake
+// records.
+//
+// A line joins a handshake by client address and port when the log has the
+// port, within a time window: the line's time must fall in
+// [handshake.TS-Skew, handshake.TS+Window]. When a log has only the address
+// (nginx's plain "combined"), a join is made only when it is unambiguous: the
+// handshake has exactly one candidate line from its address in the window, and
+// that line has exactly this one candidate handshake. Everything else is
+// counted as ambiguous and left unjoined: pqwatch never makes a wrong join.
+//
+// Handshakes and lines wait for each other in a bounded pending store (a map
+// keyed by address and port with FIFO expiry; see Options.MaxPending for the
+// cap and the eviction rule). The streaming API (New, AddHandshake, AddLine,
+// Tick, Flush) serves the live agent; Batch serves offline analysis.
+package join
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pqwatch/pqwatch/logparse"
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// Sources of log lines.
+const (
+	SourceNginx = "nginx"
+	SourceCaddy = "caddy"
+)
+
+// Line is an access-log line reduced to what the join needs. It owns its
+// memory (unlike the logparse structs).
+type Line struct {
+	Time         time.Time
+	Addr         [16]byte // IPv4-mapped when IPv4
+	Port         uint16   // 0: the log has no port; address-only join
+	ConnRequests int      // $connection_requests when logged; 0: unknown
+	Log          record.Log
+}
+
+// FromNginx converts a parsed nginx line. ok is false when the line has no
+// usable client address or time.
+func FromNginx(l *logparse.NginxLine) (Line, bool) {
+	addr, ok := parseAddr(l.RemoteAddr)
+	if !ok || l.Time.IsZero() {
+		return Line{}, false
+	}
+	return Line{
+		Time: l.Time, Addr: addr, Port: l.RemotePort, ConnRequests: l.ConnectionRequests,
+		Log: record.Log{
+			Source: SourceNginx, Status: l.Status, Method: string(l.Method), Host: string(l.Host),
+			Path: string(l.URI), UserAgent: string(l.UserAgent), PID: l.PID, SSLCurve: string(l.SSLCurve),
+		},
+	}, true
+}
+
+// FromCaddy converts a parsed Caddy line.
+func FromCaddy(c *logparse.CaddyLine) (Line, bool) {
+	addr, ok := parseAddr(c.RemoteIP)
+	if !ok || c.Time.IsZero() {
+		return Line{}, false
+	}
+	return Line{
+		Time: c.Time, Addr: addr, Port: c.RemotePort,
+		Log: record.Log{
+			Source: SourceCaddy, Status: c.Status, Method: string(c.Method), Host: string(c.Host),
+			Path: string(c.URI), UserAgent: string(c.UserAgent),
+		},
+	}, true
+}
+
+func parseAddr(b []byte) ([16]byte, bool) {
+	if len(b) > 2 && b[0] == '[' && b[len(b)-1] == ']' {
+		b = b[1 : len(b)-1]
+	}
+	a, err := netip.ParseAddr(string(b))
+	if err != nil {
+		return [16]byte{}, false
+	}
+	return a.WithZone("").As16(), true
+}
+
+// Options configure a Joiner. The zero value is usable.
+type Options struct {
+	// Window is how long after the handshake its line may be logged
+	// (default 60s; nginx logs when the request ends).
+	Window time.Duration
+	// Skew is how much earlier than the handshake a line may be stamped
+	// (clock and capture skew; default 2s).
+	Skew time.Duration
+	// MaxWait is how long (by the clock passed to Add/Tick) an entry waits
+	// for its partner before it is decided (default Window+Skew+10s). It
+	// must exceed Window+Skew plus the delivery delay of records and lines.
+	MaxWait time.Duration
+	// MaxPending caps the stored entries (waiting handshakes and lines, and
+	// the recently decided ones kept to detect ambiguity; default 200,000).
+	// At the cap the oldest entry is evicted: a waiting handshake is emitted
+	// unjoined, a waiting line dropped, both counted in Stats.Evicted; and
+	// address-only joins are refused for 2*MaxWait after an eviction,
+	// since the evidence of ambiguity may be gone.
+	MaxPending int
+	// Emit receives every handshake exactly once: joined, unjoined after
+	// MaxWait, not completed (at once), or evicted. May be nil.
+	Emit func(*record.Handshake)
+}
+
+// SourceStats are per-source line counts.
+type SourceStats struct {
+	Lines     uint64 // lines added
+	Joined    uint64 // lines joined to a handshake
+	Unmatched uint64 // lines with no handshake in the window
+	Ambiguous uint64 // address-only lines with more than one possibility
+	Extra     uint64 // further requests on an already joined connection
+	Malformed uint64 // lines that did not parse (CountMalformed)
+}
+
+// Stats are the joiner's counters.
+type Stats struct {
+	Handshakes          uint64 // handshakes added
+	NotCompleted        uint64 // outcome other than ok: emitted at once, never joined
+	Joined              uint64
+	UnmatchedHandshakes uint64 // completed handshakes that found no line
+	AmbiguousHandshakes uint64 // completed handshakes with candidate lines but no unambiguous one
+	Evicted             uint64 // entries evicted from the full pending store
+	CurveChecked        uint64 // joins where the log had $ssl_curve and the record a group
+	CurveMismatch       uint64 // ... and they differ
+	Pending             int    // entries currently stored
+	Sources             map[string]SourceStats
+}
+
+type entryState uint8
+
+const (
+	statePending entryState = iota
+	stateJoined
+	stateDone // decided without a join; kept as evidence until purged
+)
+
+type key struct {
+	addr [16]byte
+	port uint16
+}
+
+type entry struct {
+	isLine    bool
+	state     entryState
+	ambiguous bool      // a line seen as a candidate in an ambiguous decision
+	removed   bool      // no longer in the maps (its queue slot is skipped)
+	ts        time.Time // event time
+	arrived   time.Time // by the caller's clock
+	h         *record.Handshake
+	line      Line
+}
+
+func (e *entry) k() key {
+	if e.isLine {
+		return key{e.line.Addr, e.line.Port}
+	}
+	return key{e.h.ClientAddr, e.h.ClientPort}
+}
+
+// fifo is a queue of entries in arrival order.
+type fifo struct {
+	q    []*entry
+	head int
+}
+
+func (f *fifo) push(e *entry) { f.q = append(f.q, e) }
+func (f *fifo) len() int      { return len(f.q) - f.head }
+func (f *fifo) front() *entry { return f.q[f.head] }
+func (f *fifo) pop() *entry {
+	e := f.q[f.head]
+	f.q[f.head] = nil
+	f.head++
+	if f.head > 1024 && f.head*2 > len(f.q) {
+		n := copy(f.q, f.q[f.head:])
+		clear(f.q[n:])
+		f.q = f.q[:n]
+		f.head = 0
+	}
+	return e
+}
+
+// Joiner joins handshakes with log lines as they arrive. It is safe for
+// concurrent use; Emit is called with the Joiner's lock held, so it must not
+// call back into the Joiner.
+type Joiner struct {
+	mu   sync.Mutex
+	opts Options
+
+	hsByKey   map[key][]*entry
+	hsByAddr  map[[16]byte][]*entry
+	lineByKey map[key][]*entry      // lines with a port
+	lineAddr  map[[16]byte][]*entry // lines without a port
+
+	decideQ, purgeQ fifo
+	live            int
+	noAddrJoinUntil time.Time
+
+	st      Stats
+	sources map[string]*SourceStats
+}
+
+// New returns a Joiner.
+func New(opts Options) *Joiner {
+	if opts.Window <= 0 {
+		opts.Window = 60 * time.Second
+	}
+	if opts.Skew <= 0 {
+		opts.Skew = 2 * time.Second
+	}
+	if opts.MaxWait <= 0 {
+		opts.MaxWait = opts.Window + opts.Skew + 10*time.Second
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 200_000
+	}
+	return &Joiner{
+		opts:      opts,
+		hsByKey:   make(map[key][]*entry),
+		hsByAddr:  make(map[[16]byte][]*entry),
+		lineByKey: make(map[key][]*entry),
+		lineAddr:  make(map[[16]byte][]*entry),
+		sources: map[string]*SourceStats{
+			SourceNginx: {}, SourceCaddy: {},
+		},
+	}
+}
+
+// Stats returns a copy of the counters.
+func (j *Joiner) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := j.st
+	s.Pending = j.live
+	s.Sources = make(map[string]SourceStats, len(j.sources))
+	for k, v := range j.sources {
+		s.Sources[k] = *v
+	}
+	return s
+}
+
+// CountMalformed counts a line of source that did not parse.
+func (j *Joiner) CountMalformed(source string) {
+	j.mu.Lock()
+	j.source(source).Malformed++
+	j.mu.Unlock()
+}
+
+func (j *Joiner) source(s string) *SourceStats {
+	ss := j.sources[s]
+	if ss == nil {
+		ss = &SourceStats{}
+		j.sources[s] = ss
+	}
+	return ss
+}
+
+func (j *Joiner) compatible(h, l *entry) bool {
+	return !l.line.Time.Before(h.ts.Add(-j.opts.Skew)) && !l.line.Time.After(h.ts.Add(j.opts.Window))
+}
+
+func (j *Joiner) emit(h *record.Handshake) {
+	if j.opts.Emit != nil {
+		j.opts.Emit(h)
+	}
+}
+
+// AddHandshake adds a record; now is the caller's clock (time.Now() live,
+// the record's TS in batch). Handshakes whose outcome is not "ok" are
+// emitted at once. The Joiner keeps h until it emits it; it sets h.Log when
+// joined and may set h.ClientAddr/ClientPort from h.Client when they are
+// empty.
+func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.tick(now)
+	j.st.Handshakes++
+	if h.Outcome != record.OutcomeOK {
+		j.st.NotCompleted++
+		j.emit(h)
+		return
+	}
+	if h.ClientAddr == ([16]byte{}) && h.Client != "" {
+		if ap, err := netip.ParseAddrPort(h.Client); err == nil {
+			h.ClientAddr, h.ClientPort = ap.Addr().WithZone("").As16(), ap.Port()
+		}
+	}
+	e := &entry{ts: h.TS, arrived: now, h: h}
+	k := e.k()
+	// A line with the port may already be waiting: take the earliest
+	// compatible one (the first request on the connection).
+	var best *entry
+	for _, l := range j.lineByKey[k] {
+		if l.state == statePending && j.compatible(e, l) && (best == nil || earlier(l, best)) {
+			best = l
+		}
+	}
+	j.store(e)
+	if best != nil {
+		j.join(e, best)
+	}
+}
+
+// earlier orders candidate lines: the first request of a connection first,
+// then by time.
+func earlier(a, b *entry) bool {
+	if (a.line.ConnRequests == 1) != (b.line.ConnRequests == 1) {
+		return a.line.ConnRequests == 1
+	}
+	return a.line.Time.Before(b.line.Time)
+}
+
+// AddLine adds a log line; now is the caller's clock.
+func (j *Joiner) AddLine(l Line, now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.tick(now)
+	j.source(l.Log.Source).Lines++
+	e := &entry{isLine: true, ts: l.Time, arrived: now, line: l}
+	if l.Port != 0 {
+		if h := j.bestHandshake(e); h != nil {
+			switch h.state {
+			case statePending:
+				j.store(e)
+				j.join(h, e)
+				return
+			case stateJoined:
+				j.source(l.Log.Source).Extra++
+				return
+			}
+		}
+	}
+	j.store(e)
+}
+
+// bestHandshake returns the handshake a port-carrying line belongs to: the
+// most recent compatible one on that address and port.
+func (j *Joiner) bestHandshake(l *entry) *entry {
+	var best *entry
+	for _, h := range j.hsByKey[l.k()] {
+		if j.compatible(h, l) && (best == nil || h.ts.After(best.ts)) {
+			best = h
+		}
+	}
+	return best
+}
+
+func (j *Joiner) store(e *entry) {
+	for j.live >= j.opts.MaxPending {
+		j.evictOldest(e.arrived)
+	}
+	j.live++
+	k := e.k()
+	switch {
+	case !e.isLine:
+		j.hsByKey[k] = append(j.hsByKey[k], e)
+		j.hsByAddr[k.addr] = append(j.hsByAddr[k.addr], e)
+	case e.line.Port != 0:
+		j.lineByKey[k] = append(j.lineByKey[k], e)
+	default:
+		j.lineAddr[k.addr] = append(j.lineAddr[k.addr], e)
+	}
+	j.decideQ.push(e)
+}
+
+func (j *Joiner) evictOldest(now time.Time) {
+	var e *entry
+	if j.purgeQ.len() > 0 {
+		e = j.purgeQ.pop()
+	} else {
+		e = j.decideQ.pop()
+		if e.removed {
+			return
+		}
+		if e.state == statePending {
+			if e.isLine {
+				j.source(e.line.Log.Source).Unmatched++
+			} else {
+				j.st.UnmatchedHandshakes++
+				j.emit(e.h)
+			}
+		}
+	}
+	j.st.Evicted++
+	j.noAddrJoinUntil = now.Add(2 * j.opts.MaxWait)
+	j.remove(e)
+}
+
+func (j *Joiner) remove(e *entry) {
+	if e.removed {
+		return
+	}
+	e.removed = true
+	k := e.k()
+	del := func(s []*entry) []*entry {
+		if i := slices.Index(s, e); i >= 0 {
+			s = slices.Delete(s, i, i+1)
+		}
+		return s
+	}
+	switch {
+	case !e.isLine:
+		if s := del(j.hsByKey[k]); len(s) == 0 {
+			delete(j.hsByKey, k)
+		} else {
+			j.hsByKey[k] = s
+		}
+		if s := del(j.hsByAddr[k.addr]); len(s) == 0 {
+			delete(j.hsByAddr, k.addr)
+		} else {
+			j.hsByAddr[k.addr] = s
+		}
+	case e.line.Port != 0:
+		if s := del(j.lineByKey[k]); len(s) == 0 {
+			delete(j.lineByKey, k)
+		} else {
+			j.lineByKey[k] = s
+		}
+	default:
+		if s := del(j.lineAddr[k.addr]); len(s) == 0 {
+			delete(j.lineAddr, k.addr)
+		} else {
+			j.lineAddr[k.addr] = s
+		}
+	}
+	j.live--
+}
+
+func (j *Joiner) join(h, l *entry) {
+	h.state, l.state = stateJoined, stateJoined
+	lg := l.line.Log
+	h.h.Log = &lg
+	j.st.Joined++
+	j.source(lg.Source).Joined++
+	if lg.SSLCurve != "" && h.h.Group != "" {
+		j.st.CurveChecked++
+		if !strings.EqualFold(IANAGroupName(lg.SSLCurve), h.h.Group) {
+			j.st.CurveMismatch++
+		}
+	}
+	j.emit(h.h)
+	if l.line.Port != 0 {
+		// A joined line with the port is evidence of nothing: forget it now.
+		j.remove(l)
+	}
+}
+
+// Tick decides the entries that waited MaxWait by now and forgets the old
+// evidence. AddHandshake and AddLine tick too; call it on a timer when no
+// input arrives.
+func (j *Joiner) Tick(now time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.tick(now)
+}
+
+func (j *Joiner) tick(now time.Time) {
+	for j.decideQ.len() > 0 && !now.Before(j.decideQ.front().arrived.Add(j.opts.MaxWait)) {
+		j.decide(j.decideQ.pop())
+	}
+	for j.purgeQ.len() > 0 && !now.Before(j.purgeQ.front().arrived.Add(2*j.opts.MaxWait)) {
+		j.remove(j.purgeQ.pop())
+	}
+}
+
+// Flush decides every waiting entry now (end of input) and emits the
+// handshakes still waiting.
+func (j *Joiner) Flush() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.decideQ.len() > 0 {
+		j.decide(j.decideQ.pop())
+	}
+}
+
+func (j *Joiner) decide(e *entry) {
+	if e.removed {
+		return
+	}
+	defer j.purgeQ.push(e)
+	if e.state != statePending {
+		return
+	}
+	if e.isLine {
+		src := j.source(e.line.Log.Source)
+		if e.line.Port != 0 {
+			e.state = stateDone
+			if h := j.bestHandshake(e); h != nil && h.state == stateJoined {
+				src.Extra++
+			} else {
+				src.Unmatched++
+			}
+			return
+		}
+		h, n := j.addrHandshakes(e)
+		switch {
+		case n == 1 && j.addrJoinable(h, e):
+			j.join(h, e)
+		case n > 0 || e.ambiguous:
+			e.state = stateDone
+			src.Ambiguous++
+		default:
+			e.state = stateDone
+			src.Unmatched++
+		}
+		return
+	}
+	// A handshake no line with its port claimed: try an address-only join.
+	cand, n := j.addrLines(e)
+	switch {
+	case n == 0:
+		e.state = stateDone
+		j.st.UnmatchedHandshakes++
+		j.emit(e.h)
+	case n == 1 && j.addrJoinable(e, cand):
+		j.join(e, cand)
+	default:
+		e.state = stateDone
+		j.st.AmbiguousHandshakes++
+		for _, l := range j.lineAddr[e.h.ClientAddr] {
+			if j.compatible(e, l) {
+				l.ambiguous = true
+			}
+		}
+		j.emit(e.h)
+	}
+}
+
+// addrJoinable reports whether handshake h and address-only line l, each the
+// only candidate the other has, may be joined: both still waiting, l never
+// part of an ambiguous decision, and no eviction has removed evidence.
+func (j *Joiner) addrJoinable(h, l *entry) bool {
+	if h.state != statePending || l.state != statePending || l.ambiguous || l.arrived.Before(j.noAddrJoinUntil) {
+		return false
+	}
+	_, nl := j.addrLines(h)
+	_, nh := j.addrHandshakes(l)
+	return nl == 1 && nh == 1
+}
+
+// addrLines counts the address-only lines (waiting or decided) compatible
+// with handshake h and returns the last one.
+func (j *Joiner) addrLines(h *entry) (last *entry, n int) {
+	for _, l := range j.lineAddr[h.h.ClientAddr] {
+		if j.compatible(h, l) {
+			last = l
+			n++
+		}
+	}
+	return last, n
+}
+
+// addrHandshakes counts the handshakes from the line's address (waiting or
+// decided) that the line is compatible with and returns the last one.
+func (j *Joiner) addrHandshakes(l *entry) (last *entry, n int) {
+	for _, h := range j.hsByAddr[l.line.Addr] {
+		if j.compatible(h, l) {
+			last = h
+			n++
+		}
+	}
+	return last, n
+}
+
+// Batch joins offline: records and lines, each in any order, are merged by
+// time and joined. Records are updated in place (Log set when joined). The
+// options' Emit, if set, sees each record once.
+func Batch(records []*record.Handshake, lines []Line, opts Options) Stats {
+	hs := slices.Clone(records)
+	slices.SortStableFunc(hs, func(a, b *record.Handshake) int { return a.TS.Compare(b.TS) })
+	ls := make([]int, len(lines))
+	for i := range ls {
+		ls[i] = i
+	}
+	slices.SortStableFunc(ls, func(a, b int) int { return lines[a].Time.Compare(lines[b].Time) })
+	j := New(opts)
+	hi, li := 0, 0
+	for hi < len(hs) || li < len(ls) {
+		if li >= len(ls) || (hi < len(hs) && !hs[hi].TS.After(lines[ls[li]].Time)) {
+			j.AddHandshake(hs[hi], hs[hi].TS)
+			hi++
+		} else {
+			j.AddLine(lines[ls[li]], lines[ls[li]].Time)
+			li++
+		}
+	}
+	j.Flush()
+	return j.Stats()
+}

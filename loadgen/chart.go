@@ -1,0 +1,254 @@
+package loadgen
+
+import (
+	"bytes"
+	"encoding/xml"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// Hand-written SVG: no dependency, deterministic output, readable diffs.
+
+var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"}
+
+const (
+	chartW, chartH                 = 900, 420
+	padL, padR, padT, padB float64 = 70, 150, 40, 50
+)
+
+type svg struct{ b bytes.Buffer }
+
+func (s *svg) f(format string, a ...any) { fmt.Fprintf(&s.b, format, a...) }
+
+func esc(v string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(v))
+	return b.String()
+}
+
+func (s *svg) open(title string) {
+	s.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		chartW, chartH, chartW, chartH)
+	s.f(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	s.f(`<text x="%d" y="22" text-anchor="middle" font-size="15">%s</text>`+"\n", chartW/2, esc(title))
+}
+
+func (s *svg) close() []byte { s.f("</svg>\n"); return s.b.Bytes() }
+
+// niceMax rounds v up to 1, 2 or 5 times a power of ten.
+func niceMax(v float64) float64 {
+	if !(v > 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// axes draws the frame, y ticks and labels; it returns the y mapping.
+func (s *svg) axes(xLabel, yLabel string, yMax float64) func(float64) float64 {
+	x0, x1, y0, y1 := padL, float64(chartW)-padR, float64(chartH)-padB, padT
+	s.f(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="black"/>`+"\n", x0, y0, x1, y0)
+	s.f(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="black"/>`+"\n", x0, y0, x0, y1)
+	ym := func(v float64) float64 { return y0 - (v/yMax)*(y0-y1) }
+	for i := 0; i <= 5; i++ {
+		v := yMax * float64(i) / 5
+		y := ym(v)
+		s.f(`<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x1, y)
+		s.f(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-5, y+4, fmtTick(v))
+	}
+	s.f(`<text x="%g" y="%d" text-anchor="middle">%s</text>`+"\n", (x0+x1)/2, chartH-10, esc(xLabel))
+	s.f(`<text x="16" y="%g" text-anchor="middle" transform="rotate(-90 16 %g)">%s</text>`+"\n", (y0+y1)/2, (y0+y1)/2, esc(yLabel))
+	return ym
+}
+
+func fmtTick(v float64) string {
+	if v >= 100 || v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func (s *svg) legend(names []string) {
+	for i, n := range names {
+		y := padT + 10 + float64(i)*18
+		x := float64(chartW) - padR + 15
+		s.f(`<rect x="%g" y="%g" width="12" height="12" fill="%s"/>`+"\n", x, y-10, palette[i%len(palette)])
+		s.f(`<text x="%g" y="%g">%s</text>`+"\n", x+18, y, esc(n))
+	}
+}
+
+func armIndex(res *Results) map[string]int {
+	m := map[string]int{}
+	for i, a := range res.Arms {
+		m[a.Name] = i
+	}
+	return m
+}
+
+func armNames(res *Results) []string {
+	var n []string
+	for _, a := range res.Arms {
+		n = append(n, a.Name)
+	}
+	return n
+}
+
+// latencyChart plots the worst latency per 100 ms bin over the run, one
+// line per trial coloured by arm, with scenario events as vertical markers.
+func latencyChart(res *Results) []byte {
+	var s svg
+	s.open("Latency over time (max per 100 ms, from intended send time)")
+	var tMax, yMax float64
+	for _, t := range res.Trials {
+		for _, b := range t.Timeline {
+			tMax = max(tMax, b.Offset+binWidth.Seconds())
+			yMax = max(yMax, b.MaxMS)
+		}
+	}
+	tMax = max(tMax, 1)
+	yMax = niceMax(yMax)
+	ym := s.axes("seconds since start", "latency ms", yMax)
+	x0, x1 := padL, float64(chartW)-padR
+	xm := func(v float64) float64 { return x0 + v/tMax*(x1-x0) }
+	for i := 0; i <= 10; i++ {
+		v := tMax * float64(i) / 10
+		s.f(`<text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n", xm(v), float64(chartH)-padB+15, fmtTick(math.Round(v*10)/10))
+	}
+	ai := armIndex(res)
+	for _, t := range res.Trials {
+		var pts []string
+		for _, b := range t.Timeline {
+			if b.Requests == 0 {
+				continue
+			}
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xm(b.Offset+binWidth.Seconds()/2), ym(b.MaxMS)))
+		}
+		if len(pts) > 0 {
+			s.f(`<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>`+"\n",
+				palette[ai[t.Arm]%len(palette)], strings.Join(pts, " "))
+		}
+		// Window start marker (warm-up excluded before it).
+		ws := t.WindowStart.Sub(res.Started).Seconds()
+		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#bbb" stroke-dasharray="2,3"/>`+"\n", xm(ws), padT, xm(ws), float64(chartH)-padB)
+	}
+	for _, e := range res.Events {
+		col := "#2a2"
+		if !e.OK {
+			col = "#d00"
+		}
+		x := xm(e.Offset)
+		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-width="1.5" stroke-dasharray="6,3"/>`+"\n",
+			x, padT, x, float64(chartH)-padB, col)
+		label := e.Step
+		if !e.OK {
+			label += " FAILED"
+		}
+		s.f(`<text x="%.1f" y="%g" fill="%s" font-size="10" transform="rotate(-90 %.1f %g)">%s</text>`+"\n",
+			x-3, padT+5, col, x-3, padT+5, esc(label))
+	}
+	s.legend(armNames(res))
+	return s.close()
+}
+
+// categoryChart draws one column per arm@rate: a dot per trial, a bar at
+// the mean and a whisker from min to max; ref draws a reference tick.
+func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (float64, bool), ref func(rate float64) float64) []byte {
+	var s svg
+	s.open(title)
+	type cat struct {
+		arm  string
+		rate float64
+		vals []float64
+	}
+	var cats []*cat
+	find := func(arm string, rate float64) *cat {
+		for _, c := range cats {
+			if c.arm == arm && c.rate == rate {
+				return c
+			}
+		}
+		c := &cat{arm: arm, rate: rate}
+		cats = append(cats, c)
+		return c
+	}
+	var yMax float64
+	for _, t := range res.Trials {
+		c := find(t.Arm, t.Rate)
+		if v, ok := val(t); ok {
+			c.vals = append(c.vals, v)
+			yMax = max(yMax, v)
+		}
+		if ref != nil {
+			yMax = max(yMax, ref(t.Rate))
+		}
+	}
+	ai := armIndex(res)
+	slices.SortStableFunc(cats, func(a, b *cat) int {
+		if a.rate != b.rate {
+			return int(math.Copysign(1, a.rate-b.rate))
+		}
+		return ai[a.arm] - ai[b.arm]
+	})
+	yMax = niceMax(yMax * 1.05)
+	ym := s.axes("arm @ rate/s", yLabel, yMax)
+	x0, x1 := padL, float64(chartW)-padR
+	w := (x1 - x0) / float64(max(len(cats), 1))
+	for i, c := range cats {
+		cx := x0 + w*(float64(i)+0.5)
+		col := palette[ai[c.arm]%len(palette)]
+		s.f(`<text x="%.1f" y="%g" text-anchor="middle" font-size="11">%s@%g</text>`+"\n", cx, float64(chartH)-padB+15, esc(c.arm), c.rate)
+		if ref != nil {
+			y := ym(ref(c.rate))
+			s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4,2"/>`+"\n", cx-w*0.4, y, cx+w*0.4, y)
+		}
+		if len(c.vals) == 0 {
+			continue
+		}
+		sp := spreadOf(c.vals)
+		bw := min(w*0.5, 60)
+		s.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.35"/>`+"\n",
+			cx-bw/2, ym(sp.Mean), bw, ym(0)-ym(sp.Mean), col)
+		s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"/>`+"\n", cx, ym(sp.Min), cx, ym(sp.Max), col)
+		for k, v := range c.vals {
+			dx := (float64(k) - float64(len(c.vals)-1)/2) * 6
+			s.f(`<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%.2f</title></circle>`+"\n", cx+dx, ym(v), col, v)
+		}
+		s.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11">%.1f</text>`+"\n", cx, ym(sp.Max)-6, sp.Mean)
+	}
+	s.legend(armNames(res))
+	return s.close()
+}
+
+// cpuChart shows CPU per handshake per arm with the trial spread: the
+// server's when its processes are named, otherwise the client's.
+func cpuChart(res *Results) []byte {
+	server := false
+	for _, t := range res.Trials {
+		server = server || t.ServerCPUUsPerHandshake != nil
+	}
+	if server {
+		return categoryChart(res, "Server CPU per handshake (dots: trials; bar: mean; line: min-max)", "µs CPU per handshake",
+			func(t *TrialResult) (float64, bool) {
+				if t.ServerCPUUsPerHandshake == nil {
+					return 0, false
+				}
+				return *t.ServerCPUUsPerHandshake, true
+			}, nil)
+	}
+	return categoryChart(res, "Client CPU per handshake (no server process named)", "µs CPU per handshake",
+		func(t *TrialResult) (float64, bool) { return t.ClientCPUUsPerHandshake, true }, nil)
+}
+
+// rateChart shows the achieved rate per trial against the target (dashed).
+func rateChart(res *Results) []byte {
+	return categoryChart(res, "Rate achieved (dashed: target)", "completed handshakes/s",
+		func(t *TrialResult) (float64, bool) { return t.RateAchieved, true },
+		func(rate float64) float64 { return rate })
+}

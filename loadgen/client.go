@@ -1,0 +1,166 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Request is the outcome of one request: one new TCP connection, one full
+// TLS 1.3 handshake and one HTTP/1.1 GET.
+type Request struct {
+	Arm      string        `json:"arm"`
+	Rate     float64       `json:"rate"`
+	Trial    int           `json:"trial"`
+	Seq      int           `json:"seq"`
+	Warmup   bool          `json:"warmup"`
+	Intended time.Time     `json:"intended"` // when the schedule said to send
+	Start    time.Time     `json:"start"`    // when the dial actually began
+	Latency  time.Duration `json:"latency"`  // end minus Intended (coordinated-omission correct)
+	Service  time.Duration `json:"service"`  // end minus Start (what a closed-loop tool reports)
+	Group    string        `json:"group,omitempty"`
+	HRR      bool          `json:"hrr"`
+	PID      int           `json:"pid,omitempty"` // the X-Pid response header
+	Status   int           `json:"status,omitempty"`
+	Err      string        `json:"error,omitempty"` // error class, empty on success
+}
+
+// OK reports whether the request completed without error.
+func (r *Request) OK() bool { return r.Err == "" }
+
+// End is when the response was complete (or the request failed).
+func (r *Request) End() time.Time { return r.Intended.Add(r.Latency) }
+
+// requester issues requests for one arm.
+type requester struct {
+	target  string
+	tlsConf *tls.Config
+	req     []byte
+	timeout time.Duration
+	dialer  net.Dialer
+}
+
+func newRequester(c *Config, arm Arm) *requester {
+	host := c.SNI
+	if host == "" {
+		host, _, _ = net.SplitHostPort(c.Target)
+	}
+	tc := &tls.Config{
+		ServerName:         host,
+		MinVersion:         tls.VersionTLS13,
+		MaxVersion:         tls.VersionTLS13,
+		CurvePreferences:   arm.Groups,
+		ClientSessionCache: nil, // no resumption: every request is a full handshake
+		NextProtos:         []string{"http/1.1"},
+		InsecureSkipVerify: c.Insecure, //nolint:gosec // explicit -insecure flag
+	}
+	tc.RootCAs = c.RootCAs
+	hostHeader := host
+	if hostHeader == "" {
+		hostHeader = c.Target
+	}
+	path := c.Path
+	if path == "" {
+		path = "/"
+	}
+	req := "GET " + path + " HTTP/1.1\r\nHost: " + hostHeader +
+		"\r\nUser-Agent: pqwatch-loadgen\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+	return &requester{
+		target:  c.Target,
+		tlsConf: tc,
+		req:     []byte(req),
+		timeout: c.Timeout,
+		dialer:  net.Dialer{Timeout: c.Timeout, KeepAlive: -1},
+	}
+}
+
+// do performs one request and fills r's outcome fields.
+func (q *requester) do(ctx context.Context, r *Request) {
+	ctx, cancel := context.WithTimeout(ctx, q.timeout)
+	defer cancel()
+	r.Start = time.Now()
+	defer func() {
+		end := time.Now()
+		r.Latency = end.Sub(r.Intended)
+		r.Service = end.Sub(r.Start)
+	}()
+	raw, err := q.dialer.DialContext(ctx, "tcp", q.target)
+	if err != nil {
+		r.Err = classify("dial", err)
+		return
+	}
+	defer raw.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = raw.SetDeadline(dl)
+	}
+	tc := tls.Client(raw, q.tlsConf)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		r.Err = classify("handshake", err)
+		return
+	}
+	cs := tc.ConnectionState()
+	r.Group = GroupName(cs.CurveID)
+	r.HRR = cs.HelloRetryRequest
+	if _, err := tc.Write(q.req); err != nil {
+		r.Err = classify("write", err)
+		return
+	}
+	br := bufio.NewReaderSize(tc, 4096)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		r.Err = classify("read", err)
+		return
+	}
+	r.Status = resp.StatusCode
+	if p := resp.Header.Get("X-Pid"); p != "" {
+		r.PID, _ = strconv.Atoi(strings.TrimSpace(p))
+	}
+	// Drain the body and wait for the server's close, so the server side
+	// holds TIME_WAIT and a long run does not exhaust client ports.
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if err != nil {
+		r.Err = classify("read", err)
+		return
+	}
+	if resp.StatusCode >= 400 {
+		r.Err = "http_" + strconv.Itoa(resp.StatusCode)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(br, 1<<16))
+	_ = tc.Close()
+}
+
+// classify turns an error into a short, bounded reason for counting.
+func classify(stage string, err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.As(err, &ne) && ne.Timeout():
+		return stage + "_timeout"
+	case errors.Is(err, context.Canceled):
+		return stage + "_canceled"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return stage + "_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return stage + "_reset"
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return stage + "_no_port"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return stage + "_eof"
+	}
+	var ae tls.AlertError
+	if errors.As(err, &ae) {
+		return stage + "_alert"
+	}
+	return stage + "_error"
+}

@@ -1,0 +1,351 @@
+package loadgen
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const helperEnv = "LOADGEN_TEST_HELPER_SERVER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		runHelperServer()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func osGetpid() int { return os.Getpid() }
+
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+func freePort(t testing.TB) int {
+	ln := listenLoopback(t)
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// writeCert writes a self-signed ECDSA P-256 certificate for localhost and
+// 127.0.0.1 into dir and returns the file names.
+func writeCert(t testing.TB, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "localhost"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func certPool(t testing.TB, certFile string) *x509.CertPool {
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(b) {
+		t.Fatal("no cert")
+	}
+	return p
+}
+
+func okHandler(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Pid", strconv.Itoa(os.Getpid()))
+	io.WriteString(w, "ok\n")
+}
+
+// runHelperServer is the test binary re-executed as a separate Go
+// crypto/tls HTTPS server process, so its CPU can be measured apart from
+// the load generator's. It prints its address and exits when stdin closes.
+func runHelperServer() {
+	cert, err := tls.LoadX509KeyPair(os.Getenv("LOADGEN_CERT"), os.Getenv("LOADGEN_KEY"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(okHandler),
+		ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig: &tls.Config{
+			Certificates:           []tls.Certificate{cert},
+			MinVersion:             tls.VersionTLS13,
+			SessionTicketsDisabled: true,
+		},
+	}
+	srv.SetKeepAlivesEnabled(false)
+	fmt.Println(ln.Addr().String())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
+	_ = srv.ServeTLS(ln, "", "")
+}
+
+// startHelperServer starts runHelperServer in a child process.
+func startHelperServer(t testing.TB) (addr string, pid int, certFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certFile, keyFile := writeCert(t, dir)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "LOADGEN_CERT="+certFile, "LOADGEN_KEY="+keyFile, "GOMAXPROCS=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("helper server: %v", err)
+	}
+	return strings.TrimSpace(line), cmd.Process.Pid, certFile
+}
+
+// stallServer is an in-process HTTPS server whose handler holds every
+// request that arrives in [stallAt, stallAt+stall) until stallAt+stall:
+// a one-off server pause.
+func stallServer(t testing.TB, stallAt *atomic.Int64, stall time.Duration) *httptest.Server {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if at := stallAt.Load(); at != 0 {
+			start := time.Unix(0, at)
+			if now := time.Now(); !now.Before(start) && now.Before(start.Add(stall)) {
+				time.Sleep(time.Until(start.Add(stall)))
+			}
+		}
+		okHandler(w, r)
+	}))
+	srv.EnableHTTP2 = false
+	srv.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
+	srv.Config.SetKeepAlivesEnabled(false)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// nginxConf renders a minimal TLS 1.3 nginx configuration under dir.
+func nginxConf(dir string, port int, curves string) string {
+	return fmt.Sprintf(`worker_processes 1;
+daemon on;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log notice;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/body;
+    proxy_temp_path %[1]s/proxy;
+    fastcgi_temp_path %[1]s/fastcgi;
+    uwsgi_temp_path %[1]s/uwsgi;
+    scgi_temp_path %[1]s/scgi;
+    server {
+        listen 127.0.0.1:%[2]d ssl;
+        ssl_certificate %[1]s/cert.pem;
+        ssl_certificate_key %[1]s/key.pem;
+        ssl_protocols TLSv1.3;
+        ssl_ecdh_curve %[3]s;
+        ssl_session_tickets off;
+        ssl_session_cache off;
+        keepalive_timeout 0;
+        location / {
+            add_header X-Pid $pid always;
+            return 200 "ok\n";
+        }
+    }
+}
+`, dir, port, curves)
+}
+
+const nginxBin = "/usr/sbin/nginx"
+
+// nginxServer is a daemonized nginx started by a test.
+type nginxServer struct {
+	dir, conf string
+	port      int
+	master    int
+}
+
+// startNginx starts nginx (daemon on, so binary upgrades work) and
+// registers a cleanup that stops every nginx process whose master command
+// line names this test's configuration, and only those.
+func startNginx(t testing.TB, curves string) *nginxServer {
+	t.Helper()
+	if _, err := os.Stat(nginxBin); err != nil {
+		t.Skipf("nginx not installed: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("starting nginx with its default user switch needs root")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeCert(t, dir)
+	n := &nginxServer{dir: dir, conf: filepath.Join(dir, "nginx.conf"), port: freePort(t)}
+	if err := os.WriteFile(n.conf, []byte(nginxConf(dir, n.port, curves)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopNginx(t, n) })
+	out, err := exec.Command(nginxBin, "-p", dir, "-c", n.conf, "-e", filepath.Join(dir, "error.log")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nginx: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(filepath.Join(dir, "nginx.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				n.master = pid
+				break
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n.master == 0 {
+		t.Fatal("nginx wrote no pid file")
+	}
+	// Wait until it accepts.
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", n.addr(), time.Second)
+		if err == nil {
+			c.Close()
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("nginx does not accept")
+	return nil
+}
+
+func (n *nginxServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port)) }
+
+// ours lists the nginx processes of this test: masters whose command line
+// names n.conf and their children.
+func (n *nginxServer) ours() (masters, all []int) {
+	tab, err := snapshot("/proc")
+	if err != nil {
+		return nil, nil
+	}
+	for pid, p := range tab.all {
+		if p.comm == "nginx" && strings.Contains(tab.cmdline(pid), n.conf) {
+			masters = append(masters, pid)
+		}
+	}
+	all = append(all, masters...)
+	for pid, p := range tab.all {
+		for _, m := range masters {
+			if p.ppid == m && p.comm == "nginx" {
+				all = append(all, pid)
+			}
+		}
+	}
+	return masters, all
+}
+
+func stopNginx(t testing.TB, n *nginxServer) {
+	masters, _ := n.ours()
+	for _, m := range masters {
+		_ = syscall.Kill(m, syscall.SIGQUIT)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, all := n.ours(); len(all) == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, all := n.ours()
+	for _, pid := range all {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if len(all) > 0 {
+		t.Logf("nginx did not stop in time; killed %v", all)
+	}
+}
+
+func (n *nginxServer) errorLog() string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "error.log"))
+	return string(b)
+}
+
+var _ = context.Background
+
+func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, time.Second) }

@@ -1,0 +1,455 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Small, fast loads: the whole package must test in well under a minute on
+// two cores.
+const (
+	abRate     = 200.0
+	abDuration = time.Second
+	abWarmup   = 300 * time.Millisecond
+	abTrials   = 2
+	// maxSendLagMS is the sender lag beyond which the client machine is
+	// considered starved of CPU.
+	maxSendLagMS = 25.0
+)
+
+func mustArms(t testing.TB, specs ...string) []Arm {
+	var arms []Arm
+	for _, s := range specs {
+		a, err := ParseArm(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		arms = append(arms, a)
+	}
+	return arms
+}
+
+// checkAB asserts the Must-show properties of an A/B run: achieved rate
+// within 1% of target, zero errors, each arm's negotiated group as
+// expected for 100% of requests, no HRR, and a CPU figure per trial.
+func checkAB(t *testing.T, res *Results, want map[string]string, server bool) {
+	t.Helper()
+	for _, tr := range res.Trials {
+		if tr.Errors != 0 {
+			t.Errorf("trial %d %s: %d errors %v", tr.ID, tr.Arm, tr.Errors, tr.ErrorReasons)
+		}
+		if dev := math.Abs(tr.RateAchieved-tr.RateTarget) / tr.RateTarget; dev > 0.01 && tr.SendLagMS.Max > maxSendLagMS {
+			// The generator itself reports that it was starved of CPU
+			// (the test machine is shared): the rate figure is honest
+			// but says nothing about loadgen.
+			t.Logf("trial %d %s: achieved %.2f/s vs %.0f/s, but the sender lagged up to %.1f ms: machine overloaded, rate not checked",
+				tr.ID, tr.Arm, tr.RateAchieved, tr.RateTarget, tr.SendLagMS.Max)
+		} else if dev > 0.01 {
+			t.Errorf("trial %d %s: achieved %.2f/s vs target %.0f/s (%.2f%%)", tr.ID, tr.Arm, tr.RateAchieved, tr.RateTarget, dev*100)
+		}
+		if len(tr.Groups) != 1 || tr.Groups[want[tr.Arm]] != tr.OK || tr.OK != tr.Requests || tr.OK == 0 {
+			t.Errorf("trial %d %s: groups %v of %d requests, want all %s", tr.ID, tr.Arm, tr.Groups, tr.Requests, want[tr.Arm])
+		}
+		if tr.HRR != 0 {
+			t.Errorf("trial %d %s: %d HelloRetryRequests", tr.ID, tr.Arm, tr.HRR)
+		}
+		if server && (tr.ServerCPUUsPerHandshake == nil || *tr.ServerCPUUsPerHandshake <= 0) {
+			t.Errorf("trial %d %s: no server CPU figure", tr.ID, tr.Arm)
+		}
+	}
+	for _, s := range res.Summary {
+		srv := "n/a"
+		if s.ServerCPUUsPerHandshake != nil {
+			srv = fmt.Sprintf("%.1f ± %.1f (min %.1f max %.1f, n=%d)", s.ServerCPUUsPerHandshake.Mean,
+				s.ServerCPUUsPerHandshake.StdDev, s.ServerCPUUsPerHandshake.Min, s.ServerCPUUsPerHandshake.Max, s.ServerCPUUsPerHandshake.N)
+		}
+		t.Logf("arm %-9s @%g/s: achieved %.1f/s, groups %v, server CPU µs/hs %s, ceiling %.0f/s, client CPU µs/hs %.1f ± %.1f, ratio %.3f, p50 %.3f ms p99 %.3f ms",
+			s.Arm, s.Rate, s.RateAchieved.Mean, s.Groups, srv, s.CeilingPerSecond, s.ClientCPUUsPerHandshake.Mean,
+			s.ClientCPUUsPerHandshake.StdDev, s.CostRatio, s.P50MS, s.P99MS)
+	}
+}
+
+func checkOutputs(t *testing.T, dir string) {
+	t.Helper()
+	for _, f := range []string{FileResults, FileRequests, FileTrials, FileSummary, FileLatency, FileCPU, FileRate} {
+		b, err := os.ReadFile(filepath.Join(dir, f))
+		if err != nil || len(b) == 0 {
+			t.Errorf("%s: %v (%d bytes)", f, err, len(b))
+		}
+	}
+	for _, f := range []string{FileLatency, FileCPU, FileRate} {
+		b, _ := os.ReadFile(filepath.Join(dir, f))
+		d := xml.NewDecoder(bytes.NewReader(b))
+		for {
+			if _, err := d.Token(); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Errorf("%s is not well-formed XML: %v", f, err)
+				break
+			}
+		}
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, FileResults))
+	var v struct {
+		Trials []map[string]any `json:"trials"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || len(v.Trials) == 0 {
+		t.Fatalf("results.json: %v", err)
+	}
+	for _, k := range []string{"arm", "rate", "trial", "rate_target", "rate_achieved", "requests", "errors", "groups", "hrr", "latency_ms", "client_cpu_us_per_handshake"} {
+		if _, ok := v.Trials[0][k]; !ok {
+			t.Errorf("results.json trial lacks %q", k)
+		}
+	}
+}
+
+func TestABGoServer(t *testing.T) {
+	addr, pid, certFile := startHelperServer(t)
+	out := t.TempDir()
+	c := &Config{
+		Target: addr, SNI: "localhost", RootCAs: certPool(t, certFile),
+		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519", "p256=secp256r1"),
+		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
+		ServerPIDs: []int{pid}, OutDir: out, KeepRequests: true,
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
+	checkOutputs(t, out)
+	if d := os.Getenv("LOADGEN_KEEP_OUT"); d != "" {
+		_ = os.CopyFS(d, os.DirFS(out))
+	}
+	if s, _ := os.ReadFile(filepath.Join(out, FileSummary)); !strings.Contains(string(s), "| hybrid |") {
+		t.Errorf("summary.md: %s", s)
+	}
+	for _, r := range res.Requests {
+		if r.OK() && r.PID != pid {
+			t.Fatalf("X-Pid %d, want %d", r.PID, pid)
+		}
+	}
+}
+
+// TestCoordinatedOmission stalls the server for one second in the middle
+// of the window. Open loop: every request due in that second waits, so p99
+// is about a second. With one request in flight at most (a closed-loop
+// client), only one response is slow, so latency measured from the actual
+// send (service_ms) hides the stall in p99, and latency from the intended
+// send time must not.
+func TestCoordinatedOmission(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		inflight int
+	}{
+		{"open", 0},
+		{"closed-loop sender", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stallAt atomic.Int64
+			srv := stallServer(t, &stallAt, time.Second)
+			c := &Config{
+				Target: srv.Listener.Addr().String(), Insecure: true, Arms: mustArms(t, "c=x25519"),
+				Rates: []float64{200}, Duration: 2 * time.Second, Warmup: 200 * time.Millisecond, Trials: 1,
+				MaxInFlight: tc.inflight,
+			}
+			go func() {
+				time.Sleep(900 * time.Millisecond)
+				stallAt.Store(time.Now().UnixNano())
+			}()
+			res, err := c.Run(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tr := res.Trials[0]
+			t.Logf("requests %d errors %d; from intended: p50 %.1f p90 %.1f p99 %.1f max %.1f ms; from actual send: p99 %.1f max %.1f ms",
+				tr.Requests, tr.Errors, tr.LatencyMS.P50, tr.LatencyMS.P90, tr.LatencyMS.P99, tr.LatencyMS.Max, tr.ServiceMS.P99, tr.ServiceMS.Max)
+			if tr.Errors != 0 {
+				t.Fatalf("%d errors", tr.Errors)
+			}
+			if tr.LatencyMS.P99 < 900 {
+				t.Errorf("p99 %.1f ms hides a one-second stall", tr.LatencyMS.P99)
+			}
+			if tc.inflight == 1 && tr.ServiceMS.P99 > 100 {
+				t.Errorf("closed-loop service p99 %.1f ms; expected the stall to be hidden there", tr.ServiceMS.P99)
+			}
+		})
+	}
+}
+
+func TestABNginx(t *testing.T) {
+	n := startNginx(t, "x25519:secp256r1")
+	out := t.TempDir()
+	c := &Config{
+		Target: n.addr(), SNI: "localhost", RootCAs: certPool(t, filepath.Join(n.dir, "cert.pem")),
+		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519", "p256=secp256r1"),
+		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
+		ServerPIDs: []int{n.master}, OutDir: out,
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Debian's OpenSSL 3.0 has no ML-KEM: the hybrid arm falls back to its
+	// x25519 share, without a HelloRetryRequest.
+	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "x25519", "p256": "secp256r1"}, true)
+	checkOutputs(t, out)
+	for _, tr := range res.Trials {
+		if len(tr.ServerPIDs) == 0 || tr.ServerRSSMaxBytes <= 0 {
+			t.Errorf("trial %d: X-Pid %v, RSS %d", tr.ID, tr.ServerPIDs, tr.ServerRSSMaxBytes)
+		}
+	}
+}
+
+const caddyBin = "/root/go/bin/caddy"
+
+func TestABCaddy(t *testing.T) {
+	if _, err := os.Stat(caddyBin); err != nil {
+		t.Skipf("caddy not built at %s: %v", caddyBin, err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := writeCert(t, dir)
+	port := freePort(t)
+	caddyfile := fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+}
+https://localhost:%d {
+	bind 127.0.0.1
+	tls %s %s {
+		protocols tls1.3
+	}
+	header X-Server caddy
+	respond "ok" 200
+}
+`, port, certFile, keyFile)
+	cf := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cf, []byte(caddyfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(caddyBin, "run", "--config", cf, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "GOMAXPROCS=1")
+	logf, _ := os.Create(filepath.Join(dir, "caddy.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if err := waitTCP(addr, 10*time.Second); err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
+		t.Fatalf("caddy: %v\n%s", err, b)
+	}
+	c := &Config{
+		Target: addr, SNI: "localhost", RootCAs: certPool(t, certFile),
+		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519", "p256=secp256r1"),
+		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
+		ServerPIDs: []int{cmd.Process.Pid}, OutDir: t.TempDir(),
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
+}
+
+func waitTCP(addr string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		c, err := dialTCP(addr)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSwapNginx runs nginx's binary upgrade under load: USR2, WINCH, QUIT.
+func TestSwapNginx(t *testing.T) {
+	n := startNginx(t, "x25519:secp256r1")
+	out := t.TempDir()
+	c := &Config{
+		Target: n.addr(), Insecure: true, Arms: mustArms(t, "classical=x25519"),
+		Rates: []float64{200}, Duration: 3 * time.Second, Warmup: 200 * time.Millisecond, Trials: 1,
+		ServerPIDs: []int{n.master}, OutDir: out, KeepRequests: true,
+		Scenario: Scenario{Kind: ScenarioSwap},
+	}
+	res, err := c.Run(context.Background())
+	for _, e := range res.Events {
+		t.Logf("t=%.3fs %-18s pid %d ok=%v %s", e.Offset, e.Step, e.PID, e.OK, e.Detail)
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, n.errorLog())
+	}
+	if res.ScenarioStatus != "ok" || len(res.Events) != 3 {
+		t.Fatalf("scenario %q, %d events", res.ScenarioStatus, len(res.Events))
+	}
+	var failed int
+	var pidSeq []int
+	for _, r := range res.Requests {
+		if !r.OK() {
+			failed++
+			continue
+		}
+		if len(pidSeq) == 0 || pidSeq[len(pidSeq)-1] != r.PID {
+			pidSeq = append(pidSeq, r.PID)
+		}
+	}
+	if failed != 0 {
+		t.Errorf("%d failed requests during the swap", failed)
+	}
+	t.Logf("worker PID sequence in request order: %v", pidSeq)
+	first, last := pidSeq[0], pidSeq[len(pidSeq)-1]
+	if first == last {
+		t.Errorf("no handover visible in X-Pid: %v", pidSeq)
+	}
+	sc := res.Scenarios[0]
+	if sc.NewMaster == 0 || sc.NewMaster == n.master {
+		t.Errorf("new master %d (old %d)", sc.NewMaster, n.master)
+	}
+	if tr := res.Trials[0]; tr.ServerCPUUsPerHandshake == nil {
+		t.Error("no server CPU across the swap")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, FileLatency)); !strings.Contains(string(b), "USR2 old master") {
+		t.Error("latency chart lacks the event markers")
+	}
+}
+
+// TestSwapNginxFailed makes the new nginx fail its configuration (OpenSSL
+// 3.0 rejects X25519MLKEM768): loadgen must report FAILED, never success,
+// and must not send WINCH (which would stop the only working workers).
+func TestSwapNginxFailed(t *testing.T) {
+	n := startNginx(t, "x25519:secp256r1")
+	bad := nginxConf(n.dir, n.port, "X25519MLKEM768:x25519")
+	if err := os.WriteFile(n.conf, []byte(bad), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &Config{
+		Target: n.addr(), Insecure: true, Arms: mustArms(t, "classical=x25519"),
+		Rates: []float64{100}, Duration: 2 * time.Second, Warmup: 200 * time.Millisecond, Trials: 1,
+		ServerPIDs: []int{n.master}, KeepRequests: true, OutDir: t.TempDir(),
+		Scenario: Scenario{Kind: ScenarioSwap, At: []time.Duration{300 * time.Millisecond, 1800 * time.Millisecond, 2000 * time.Millisecond}, StepTimeout: time.Second},
+	}
+	res, err := c.Run(context.Background())
+	if !errors.Is(err, ErrScenarioFailed) {
+		t.Fatalf("err %v, want ErrScenarioFailed", err)
+	}
+	t.Logf("reported: %v", err)
+	if res.ScenarioStatus != "FAILED" || len(res.Events) != 1 || res.Events[0].OK {
+		t.Fatalf("status %q events %+v", res.ScenarioStatus, res.Events)
+	}
+	if !strings.Contains(n.errorLog(), "[emerg]") {
+		t.Errorf("error log lacks [emerg]:\n%s", n.errorLog())
+	}
+	for _, tr := range res.Trials {
+		if tr.Errors != 0 {
+			t.Errorf("%d errors: the old nginx must keep serving", tr.Errors)
+		}
+	}
+	if s := SummaryMarkdown(res); !strings.Contains(s, "FAILED") {
+		t.Errorf("summary does not say FAILED:\n%s", s)
+	}
+}
+
+// TestRollbackNginx runs the fast rollback: USR2, WINCH, HUP old, QUIT new.
+func TestRollbackNginx(t *testing.T) {
+	n := startNginx(t, "x25519:secp256r1")
+	c := &Config{
+		Target: n.addr(), Insecure: true, Arms: mustArms(t, "classical=x25519"),
+		Rates: []float64{100}, Duration: 2500 * time.Millisecond, Warmup: 100 * time.Millisecond, Trials: 1,
+		ServerPIDs: []int{n.master}, KeepRequests: true,
+		Scenario: Scenario{Kind: ScenarioRollback},
+	}
+	res, err := c.Run(context.Background())
+	for _, e := range res.Events {
+		t.Logf("t=%.3fs %-18s pid %d ok=%v %s", e.Offset, e.Step, e.PID, e.OK, e.Detail)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Scenarios[0].NewMaster != n.master {
+		t.Errorf("after rollback master %d, want the original %d", res.Scenarios[0].NewMaster, n.master)
+	}
+	if tr := res.Trials[0]; tr.Errors != 0 {
+		t.Errorf("%d errors %v", tr.Errors, tr.ErrorReasons)
+	}
+}
+
+// TestH2LoadCompare sets loadgen's client CPU per handshake next to
+// h2load's on the same target and logs the ratio.
+func TestH2LoadCompare(t *testing.T) {
+	const h2load = "/usr/bin/h2load"
+	if _, err := os.Stat(h2load); err != nil {
+		t.Skipf("h2load not installed: %v", err)
+	}
+	addr, _, _ := startHelperServer(t)
+	c := &Config{
+		Target: addr, Insecure: true, Arms: mustArms(t, "classical=x25519"),
+		Rates: []float64{200}, Duration: 1500 * time.Millisecond, Warmup: 200 * time.Millisecond, Trials: 1,
+	}
+	res, err := c.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp, err := CompareH2Load(context.Background(), c, res, h2load)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("client CPU per handshake: loadgen %.1f µs, h2load %.1f µs (%d/%d ok): ratio %.2f; %s",
+		cmp.LoadgenUsPerHS, cmp.H2LoadUsPerHandshake, cmp.Succeeded, cmp.Requests, cmp.Ratio, strings.Join(cmp.Command, " "))
+	if cmp.Succeeded != cmp.Requests || cmp.Ratio <= 0 {
+		t.Errorf("h2load %d/%d ok, ratio %v", cmp.Succeeded, cmp.Requests, cmp.Ratio)
+	}
+}
+
+// TestMainEndToEnd runs the command as the lead wires it, with -out and
+// -h2load, and checks the files and the exit code.
+func TestMainEndToEnd(t *testing.T) {
+	addr, pid, certFile := startHelperServer(t)
+	out := t.TempDir()
+	args := []string{"-target", addr, "-sni", "localhost", "-ca", certFile,
+		"-arm", "classical=x25519", "-arm", "hybrid=X25519MLKEM768,x25519",
+		"-rates", "100", "-duration", "0.5", "-warmup", "0.1", "-trials", "1", "-arrival", "poisson",
+		"-server-pid", fmt.Sprint(pid), "-out", out, "-fail-on-errors"}
+	if _, err := os.Stat("/usr/bin/h2load"); err == nil {
+		args = append(args, "-h2load", "/usr/bin/h2load")
+	}
+	var stdout, stderr strings.Builder
+	if code := Main(context.Background(), args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	checkOutputs(t, out)
+	if !strings.Contains(stdout.String(), "| hybrid |") {
+		t.Fatalf("stdout: %s", stdout.String())
+	}
+	t.Log("\n" + stdout.String() + stderr.String())
+}

@@ -1,0 +1,198 @@
+package loadgen
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Output file names inside Config.OutDir.
+const (
+	FileResults  = "results.json"
+	FileRequests = "requests.csv"
+	FileTrials   = "trials.csv"
+	FileSummary  = "summary.md"
+	FileLatency  = "latency.svg"
+	FileCPU      = "cpu.svg"
+	FileRate     = "rate.svg"
+)
+
+type outputs struct {
+	dir  string
+	reqF *os.File
+	reqW *csv.Writer
+}
+
+func openOutputs(dir string) (*outputs, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
+	}
+	f, err := os.Create(filepath.Join(dir, FileRequests))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
+	}
+	o := &outputs{dir: dir, reqF: f, reqW: csv.NewWriter(f)}
+	if err := o.reqW.Write([]string{"arm", "rate", "trial", "seq", "warmup", "intended_s", "start_s",
+		"latency_us", "service_us", "group", "hrr", "pid", "status", "error"}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
+	}
+	return o, nil
+}
+
+func (o *outputs) close() {
+	if o.reqF != nil {
+		o.reqW.Flush()
+		_ = o.reqF.Close()
+		o.reqF = nil
+	}
+}
+
+// writeRequests appends one CSV row per request; times are seconds since
+// the run started.
+func (o *outputs) writeRequests(reqs []Request, runStart time.Time) error {
+	sec := func(t time.Time) string { return strconv.FormatFloat(t.Sub(runStart).Seconds(), 'f', 6, 64) }
+	for i := range reqs {
+		r := &reqs[i]
+		pid := ""
+		if r.PID != 0 {
+			pid = strconv.Itoa(r.PID)
+		}
+		st := ""
+		if r.Status != 0 {
+			st = strconv.Itoa(r.Status)
+		}
+		if err := o.reqW.Write([]string{r.Arm, fmtF(r.Rate), strconv.Itoa(r.Trial), strconv.Itoa(r.Seq),
+			strconv.FormatBool(r.Warmup), sec(r.Intended), sec(r.Start),
+			strconv.FormatInt(r.Latency.Microseconds(), 10), strconv.FormatInt(r.Service.Microseconds(), 10),
+			r.Group, strconv.FormatBool(r.HRR), pid, st, r.Err}); err != nil {
+			return fmt.Errorf("%w: %v", ErrOutput, err)
+		}
+	}
+	o.reqW.Flush()
+	if err := o.reqW.Error(); err != nil {
+		return fmt.Errorf("%w: %v", ErrOutput, err)
+	}
+	return nil
+}
+
+func fmtF(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+func fmtOpt(p *float64, prec int) string {
+	if p == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*p, 'f', prec, 64)
+}
+
+func (o *outputs) writeAll(res *Results) error {
+	o.close()
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrOutput, err)
+	}
+	files := map[string][]byte{
+		FileResults: append(b, '\n'),
+		FileTrials:  trialsCSV(res),
+		FileSummary: []byte(SummaryMarkdown(res)),
+		FileLatency: latencyChart(res),
+		FileCPU:     cpuChart(res),
+		FileRate:    rateChart(res),
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(o.dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("%w: %v", ErrOutput, err)
+		}
+	}
+	return nil
+}
+
+func trialsCSV(res *Results) []byte {
+	var sb strings.Builder
+	w := csv.NewWriter(&sb)
+	_ = w.Write([]string{"id", "arm", "rate", "trial", "rate_target", "rate_achieved", "requests", "ok", "errors",
+		"hrr", "groups", "p50_ms", "p90_ms", "p99_ms", "max_ms", "server_cpu_us_per_handshake",
+		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms"})
+	for _, t := range res.Trials {
+		var groups, pids []string
+		for _, g := range sortedKeys(t.Groups) {
+			groups = append(groups, g+"="+strconv.Itoa(t.Groups[g]))
+		}
+		for _, p := range t.ServerPIDs {
+			pids = append(pids, strconv.Itoa(p))
+		}
+		_ = w.Write([]string{strconv.Itoa(t.ID), t.Arm, fmtF(t.Rate), strconv.Itoa(t.Trial), fmtF(t.RateTarget),
+			strconv.FormatFloat(t.RateAchieved, 'f', 2, 64), strconv.Itoa(t.Requests), strconv.Itoa(t.OK),
+			strconv.Itoa(t.Errors), strconv.Itoa(t.HRR), strings.Join(groups, " "),
+			ms3(t.LatencyMS.P50), ms3(t.LatencyMS.P90), ms3(t.LatencyMS.P99), ms3(t.LatencyMS.Max),
+			fmtOpt(t.ServerCPUUsPerHandshake, 1), strconv.FormatFloat(t.ClientCPUUsPerHandshake, 'f', 1, 64),
+			strconv.FormatInt(t.ServerRSSMaxBytes, 10), strings.Join(pids, " "),
+			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max)})
+	}
+	w.Flush()
+	return []byte(sb.String())
+}
+
+func ms3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// SummaryMarkdown renders the study-style table of a run.
+func SummaryMarkdown(res *Results) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# pqwatch loadgen: %s\n\n", res.Target)
+	fmt.Fprintf(&b, "%s to %s, %d cores, %s, %s arrivals, %g s per trial after %g s warm-up; baseline arm %q.\n\n",
+		res.Started.UTC().Format(time.RFC3339), res.Finished.UTC().Format(time.RFC3339), res.Cores,
+		res.GoVersion, res.Arrival, res.Duration, res.Warmup, res.Baseline)
+	b.WriteString("| arm | groups offered | rate/s | trials | achieved/s | negotiated | server CPU µs/handshake (± sd) | implied ceiling/s on " +
+		strconv.Itoa(res.Cores) + " cores | client CPU µs/handshake | cost ratio | p50 ms | p99 ms | errors | HRR |\n")
+	b.WriteString("|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	groups := map[string]string{}
+	for _, a := range res.Arms {
+		groups[a.Name] = strings.Join(a.Groups, ",")
+	}
+	for _, s := range res.Summary {
+		var neg []string
+		for _, g := range sortedKeys(s.Groups) {
+			neg = append(neg, fmt.Sprintf("%s %d", g, s.Groups[g]))
+		}
+		srv, ceil := "n/a", "n/a"
+		if s.ServerCPUUsPerHandshake != nil {
+			srv = fmt.Sprintf("%.1f ± %.1f", s.ServerCPUUsPerHandshake.Mean, s.ServerCPUUsPerHandshake.StdDev)
+			ceil = fmt.Sprintf("%.0f", s.CeilingPerSecond)
+		}
+		ratio := "n/a"
+		if s.CostRatio > 0 {
+			ratio = fmt.Sprintf("%.3f", s.CostRatio)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %g | %d | %.1f | %s | %s | %s | %.1f ± %.1f | %s | %.3f | %.3f | %d | %d |\n",
+			s.Arm, groups[s.Arm], s.Rate, s.Trials, s.RateAchieved.Mean, strings.Join(neg, ", "), srv, ceil,
+			s.ClientCPUUsPerHandshake.Mean, s.ClientCPUUsPerHandshake.StdDev, ratio, s.P50MS, s.P99MS, s.Errors, s.HRR)
+	}
+	b.WriteString("\nCost ratio: the arm's mean server CPU per handshake over the baseline arm's at the same rate " +
+		"(client CPU when no server process is named). Latency is measured from the intended send time " +
+		"(coordinated omission corrected). Server CPU: utime+stime of the named processes and their descendants " +
+		"from /proc, children reaped during the window included, 10 ms clock ticks.\n")
+	if h := res.H2Load; h != nil {
+		fmt.Fprintf(&b, "\nClient CPU per handshake, arm %s at %g/s: loadgen %.1f µs, h2load %.1f µs (%d handshakes): ratio %.2f.\n",
+			h.Arm, h.Rate, h.LoadgenUsPerHS, h.H2LoadUsPerHandshake, h.Succeeded, h.Ratio)
+	}
+	if res.ScenarioStatus != "" {
+		fmt.Fprintf(&b, "\n## Scenario: %s\n\n", res.ScenarioStatus)
+		for _, s := range res.Scenarios {
+			fmt.Fprintf(&b, "- trial %d %s: **%s** (master %d -> %d) %s\n", s.TrialID, s.Kind, s.Status, s.OldMaster, s.NewMaster, s.Detail)
+		}
+		b.WriteString("\n| t (s) | trial | step | pid | verified | detail |\n|--:|--:|---|--:|---|---|\n")
+		for _, e := range res.Events {
+			ok := "FAILED"
+			if e.OK {
+				ok = "yes"
+			}
+			fmt.Fprintf(&b, "| %.3f | %d | %s | %d | %s | %s |\n", e.Offset, e.TrialID, e.Step, e.PID, ok,
+				strings.ReplaceAll(e.Detail, "|", "/"))
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,28 @@
+// Package logparse reads the logs of TLS terminators: nginx access logs in any
+// log_format (the format definition itself is compiled into a matcher, with
+// the built-in "combined" format and nginx's default, json and none escaping),
+// nginx.conf log_format/access_log directives, Caddy's JSON access log and
+// nginx's error log. It also follows log files across rotation (tail.go).
+//
+// The parsers do no I/O and keep no state: each takes one line and fills a
+// caller-owned struct (reset, then fill). Byte-slice fields of the filled
+// structs point into the line or into a scratch buffer owned by the struct, so
+// they are valid only until the next parse or until the line buffer is
+// reused; copy what must outlive it. The nginx hot path allocates nothing.
+//
+// logparse imports nothing else of pqwatch.
+package logparse
+
+import "errors"
+
+// Sentinel errors. Parse functions wrap them with %w and the context.
+var (
+	// ErrMalformed: the line does not match the expected layout.
+	ErrMalformed = errors.New("logparse: malformed line")
+	// ErrBadField: a field that must be numeric or a time is not.
+	ErrBadField = errors.New("logparse: bad field value")
+	// ErrFormat: a log_format definition cannot be compiled.
+	ErrFormat = errors.New("logparse: bad log_format")
+	// ErrConf: an nginx.conf text cannot be tokenized.
+	ErrConf = errors.New("logparse: bad nginx config")
+)

@@ -1,0 +1,76 @@
+package proctrack
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector exports the tracker's generations and swap events as const
+// metrics built at scrape time. Register it with a prometheus.Registerer.
+type Collector struct {
+	t *Tracker
+
+	info, cpu, rss, workers, handshakes, events, failed *prometheus.Desc
+}
+
+// Collector returns the Prometheus collector of t.
+func (t *Tracker) Collector() *Collector {
+	return &Collector{
+		t: t,
+		info: prometheus.NewDesc("pqwatch_generation_info",
+			"Identity of a server process generation (one master and its workers, one binary).",
+			[]string{"generation", "exe", "exe_sha256", "openssl", "master_pid"}, nil),
+		cpu: prometheus.NewDesc("pqwatch_generation_cpu_seconds_total",
+			"User and system CPU seconds of the generation's own processes, exited workers included.",
+			[]string{"generation"}, nil),
+		rss: prometheus.NewDesc("pqwatch_generation_resident_bytes",
+			"Resident memory of the generation's live processes (shared pages counted per process).",
+			[]string{"generation"}, nil),
+		workers: prometheus.NewDesc("pqwatch_generation_workers",
+			"Live workers (not shutting down) of the generation.",
+			[]string{"generation"}, nil),
+		handshakes: prometheus.NewDesc("pqwatch_generation_handshakes_total",
+			"Handshakes served by the generation, by negotiated group.",
+			[]string{"generation", "group"}, nil),
+		events: prometheus.NewDesc("pqwatch_swap_events_total",
+			"Binary swap and reload events observed, by kind.",
+			[]string{"kind"}, nil),
+		failed: prometheus.NewDesc("pqwatch_swap_failed_total",
+			"Swaps that failed: .oldbin or [emerg] without a new master running in time.",
+			nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	t := c.t
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, g := range t.order {
+		id := g.id
+		ch <- prometheus.MustNewConstMetric(c.cpu, prometheus.CounterValue,
+			float64(g.exitedTicks+g.liveTicks)/float64(t.cfg.ClockTicks), id)
+		for group, n := range g.handshakes {
+			ch <- prometheus.MustNewConstMetric(c.handshakes, prometheus.CounterValue, float64(n), id, group)
+		}
+		if !g.alive {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1,
+			id, g.rec.Exe, g.rec.ExeSHA256, g.rec.OpenSSL, strconv.Itoa(g.rec.MasterPID))
+		ch <- prometheus.MustNewConstMetric(c.rss, prometheus.GaugeValue, float64(g.rssBytes), id)
+		ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(g.live)), id)
+	}
+	for _, k := range Kinds {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(t.counts[k]), k)
+	}
+	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(t.failed))
+}

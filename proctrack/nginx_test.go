@@ -1,0 +1,754 @@
+package proctrack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+const debianNginx = "/usr/sbin/nginx"
+
+// nginxLab is one nginx installation in a temporary prefix: a binary at a
+// fixed path (replaced by rename, like a package upgrade), one active
+// configuration file, and an error log the test tails for [emerg] lines.
+type nginxLab struct {
+	t      *testing.T
+	dir    string
+	bin    string // the path nginx runs and re-executes on USR2
+	binB   string // a different build (one byte appended)
+	conf   string
+	errLog string
+	pid    string
+	port   int
+	pool   *x509.CertPool
+}
+
+func requireNginx(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: nginx binds, reads other processes' /proc/PID/fd and sock_diag")
+	}
+	if _, err := os.Stat(debianNginx); err != nil {
+		t.Skipf("needs nginx at %s: %v", debianNginx, err)
+	}
+	if testing.Short() {
+		t.Skip("live nginx test skipped in -short mode")
+	}
+}
+
+func newNginxLab(t *testing.T) *nginxLab {
+	t.Helper()
+	requireNginx(t)
+	dir := t.TempDir()
+	l := &nginxLab{t: t, dir: dir, bin: filepath.Join(dir, "sbin", "nginx"), binB: filepath.Join(dir, "build-b", "nginx"),
+		conf: filepath.Join(dir, "conf", "nginx.conf"), errLog: filepath.Join(dir, "logs", "error.log"),
+		pid: filepath.Join(dir, "logs", "nginx.pid")}
+	for _, d := range []string{"sbin", "build-b", "conf", "logs", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	orig, err := os.ReadFile(debianNginx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(l.bin, orig, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Build B: the same program with one byte appended (ELF ignores trailing
+	// bytes), so its SHA-256 differs.
+	if err := os.WriteFile(l.binB, append(slices.Clip(orig), '\n'), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l.pool = writeCert(t, filepath.Join(dir, "conf"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.port = ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	t.Cleanup(l.stopAll)
+	return l
+}
+
+func writeCert(t *testing.T, dir string) *x509.CertPool {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	return pool
+}
+
+// writeConf makes curves the active ssl_ecdh_curve.
+func (l *nginxLab) writeConf(curves string) {
+	l.t.Helper()
+	conf := fmt.Sprintf(`daemon on;
+master_process on;
+worker_processes 2;
+pid %[1]s/logs/nginx.pid;
+error_log %[1]s/logs/error.log info;
+events { worker_connections 256; }
+http {
+    access_log off;
+    client_body_temp_path %[1]s/tmp/body;
+    proxy_temp_path %[1]s/tmp/proxy;
+    fastcgi_temp_path %[1]s/tmp/fastcgi;
+    uwsgi_temp_path %[1]s/tmp/uwsgi;
+    scgi_temp_path %[1]s/tmp/scgi;
+    server {
+        listen 127.0.0.1:%[2]d ssl;
+        ssl_certificate %[1]s/conf/cert.pem;
+        ssl_certificate_key %[1]s/conf/key.pem;
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ecdh_curve %[3]s;
+        keepalive_timeout 5s;
+        add_header X-Pid $pid always;
+        location / { return 200 "ok\n"; }
+    }
+}
+`, l.dir, l.port, curves)
+	if err := os.WriteFile(l.conf, []byte(conf), 0o644); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// installB replaces the binary at l.bin with build B by rename, as a package
+// upgrade does (the running master keeps the old, now deleted, inode).
+func (l *nginxLab) installB() {
+	l.t.Helper()
+	b, err := os.ReadFile(l.binB)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	tmp := l.bin + ".new"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		l.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, l.bin); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+// start runs nginx (daemon on) and returns its master PID.
+func (l *nginxLab) start() int {
+	l.t.Helper()
+	cmd := exec.Command(l.bin, "-p", l.dir+"/", "-c", l.conf, "-e", l.errLog)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		l.t.Fatalf("nginx start: %v: %s", err, out)
+	}
+	var pid int
+	waitFor(l.t, 5*time.Second, "nginx pid file", func() bool {
+		pid = readPid(l.pid)
+		return pid > 0
+	})
+	return pid
+}
+
+func readPid(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+func (l *nginxLab) signal(pid int, sig syscall.Signal) {
+	l.t.Helper()
+	if err := syscall.Kill(pid, sig); err != nil {
+		l.t.Fatalf("kill -%v %d: %v", sig, pid, err)
+	}
+}
+
+// stopAll stops the masters this lab started (found through its pid files).
+func (l *nginxLab) stopAll() {
+	for _, f := range []string{l.pid, l.pid + ".oldbin"} {
+		if pid := readPid(f); pid > 0 && isNginxMaster(pid) {
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) && isNginxMaster(pid) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if isNginxMaster(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+}
+
+func isNginxMaster(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && bytes.HasPrefix(b, []byte("nginx: master"))
+}
+
+// tailEmerg feeds [emerg] lines of the error log to tr.NoteEmerg, as the
+// log tailer of the live agent does.
+func tailEmerg(ctx context.Context, path string, tr *Tracker) {
+	var off int64
+	var partial []byte
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		if _, err := f.Seek(off, io.SeekStart); err == nil {
+			b, _ := io.ReadAll(f)
+			off += int64(len(b))
+			partial = append(partial, b...)
+		}
+		f.Close()
+		for {
+			i := bytes.IndexByte(partial, '\n')
+			if i < 0 {
+				break
+			}
+			line := string(partial[:i])
+			partial = partial[i+1:]
+			// 2026/01/27 10:00:00 [emerg] 1234#1234: message
+			if len(line) < 20 || !strings.Contains(line, " [emerg] ") {
+				continue
+			}
+			ts, _ := time.ParseInLocation("2006/01/02 15:04:05", line[:19], time.Local)
+			rest := line[strings.Index(line, " [emerg] ")+9:]
+			pidStr, msg, _ := strings.Cut(rest, ": ")
+			pidStr, _, _ = strings.Cut(pidStr, "#")
+			pid, err := strconv.Atoi(pidStr)
+			if err != nil || ts.IsZero() {
+				continue // a continuation of a multi-line message
+			}
+			tr.NoteEmerg(ts, pid, msg)
+		}
+	}
+}
+
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// served is one handshake seen by the load generator.
+type served struct {
+	at     time.Time
+	xpid   int
+	curve  tls.CurveID
+	gen    *record.Generation
+	ok     bool
+	closed bool // the server closed the connection before answering
+}
+
+// load runs bounded handshakes at ~rate/s against the lab until stop is
+// closed, attributing each connection while it is open.
+type load struct {
+	mu      sync.Mutex
+	results []served
+	errs    []error
+	done    chan struct{}
+}
+
+func runLoad(t *testing.T, l *nginxLab, tr *Tracker, rate int, stop <-chan struct{}) *load {
+	ld := &load{done: make(chan struct{})}
+	server := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(l.port))
+	cfg := &tls.Config{RootCAs: l.pool, ServerName: "localhost"}
+	go func() {
+		defer close(ld.done)
+		tick := time.NewTicker(time.Second / time.Duration(rate))
+		defer tick.Stop()
+		for range 60 * rate { // bounded: at most 60 s of load
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			s, err := oneHandshake(server, cfg, tr)
+			ld.mu.Lock()
+			if err != nil {
+				ld.errs = append(ld.errs, err)
+			} else {
+				ld.results = append(ld.results, s)
+			}
+			ld.mu.Unlock()
+		}
+	}()
+	return ld
+}
+
+func oneHandshake(server netip.AddrPort, cfg *tls.Config, tr *Tracker) (served, error) {
+	d := &net.Dialer{Timeout: 2 * time.Second}
+	c, err := tls.DialWithDialer(d, "tcp", server.String(), cfg)
+	if err != nil {
+		return served{}, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	s := served{at: time.Now(), curve: c.ConnectionState().CurveID}
+	client := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	// Right after the handshake, as the capture pipeline does: the server
+	// socket exists and is owned by the worker that accepted it.
+	for range 20 {
+		if s.gen, s.ok = tr.Attribute(client, server); s.ok {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.ok {
+		tr.ObserveHandshake(s.gen, curveName(s.curve))
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
+		s.closed = true
+		return s, nil
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		// A worker shutting down (WINCH, QUIT, HUP) closes connections
+		// that wait for a request: no X-Pid to check against.
+		s.closed = true
+		return s, nil
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	s.xpid, _ = strconv.Atoi(resp.Header.Get("X-Pid"))
+	return s, nil
+}
+
+func curveName(c tls.CurveID) string {
+	switch c {
+	case tls.X25519:
+		return "x25519"
+	case tls.CurveP256:
+		return "secp256r1"
+	case tls.X25519MLKEM768:
+		return "X25519MLKEM768"
+	}
+	return fmt.Sprintf("0x%04x", uint16(c))
+}
+
+func (ld *load) snapshot() ([]served, []error) {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return slices.Clone(ld.results), slices.Clone(ld.errs)
+}
+
+func startTracker(t *testing.T) (*Tracker, context.CancelFunc) {
+	t.Helper()
+	tr, err := New(Config{
+		ScanInterval: 100 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = tr.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done; tr.Close() })
+	return tr, cancel
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// genByMaster waits for the generation of a master PID with want live workers.
+func genByMaster(t *testing.T, tr *Tracker, pid, want int) GenerationInfo {
+	t.Helper()
+	var gi GenerationInfo
+	waitFor(t, 5*time.Second, fmt.Sprintf("generation of master %d with %d workers", pid, want), func() bool {
+		for _, g := range tr.Generations() {
+			if g.MasterPID == pid && g.Alive && len(g.Workers) == want {
+				gi = g
+				return true
+			}
+		}
+		return false
+	})
+	return gi
+}
+
+// eventsFor returns the events about or naming one of the ids.
+func eventsFor(tr *Tracker, kind string, ids ...string) []Event {
+	var out []Event
+	for _, e := range tr.Events() {
+		if e.Kind != kind {
+			continue
+		}
+		for _, id := range ids {
+			if e.Generation == id || strings.Contains(e.Other, id) {
+				out = append(out, e)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func waitEvent(t *testing.T, tr *Tracker, d time.Duration, kind string, ids ...string) Event {
+	t.Helper()
+	var ev Event
+	waitFor(t, d, kind+" event", func() bool {
+		evs := eventsFor(tr, kind, ids...)
+		if len(evs) == 0 {
+			return false
+		}
+		ev = evs[0]
+		return true
+	})
+	return ev
+}
+
+// checkAttribution verifies every handshake was attributed to the
+// generation whose worker served it (X-Pid), and returns handshakes per id.
+func checkAttribution(t *testing.T, tr *Tracker, res []served, workersOf map[int]string) map[string]int {
+	t.Helper()
+	per := map[string]int{}
+	bad, closed := 0, 0
+	for _, s := range res {
+		if s.closed {
+			closed++
+			if s.ok {
+				per[s.gen.ID]++
+			}
+			continue
+		}
+		if !s.ok {
+			bad++
+			t.Errorf("handshake served by %d at %v not attributed", s.xpid, s.at.Format(time.StampMilli))
+			continue
+		}
+		if s.gen.WorkerPID != s.xpid {
+			bad++
+			t.Errorf("attributed to worker %d (%s), X-Pid says %d", s.gen.WorkerPID, s.gen.ID, s.xpid)
+			continue
+		}
+		if id, ok := workersOf[s.xpid]; ok && id != s.gen.ID {
+			bad++
+			t.Errorf("worker %d belongs to %s, attributed to %s", s.xpid, id, s.gen.ID)
+		}
+		per[s.gen.ID]++
+	}
+	t.Logf("%d handshakes, %d misattributed, %d closed by a draining worker before the request, per generation %v", len(res), bad, closed, per)
+	if closed > len(res)/10 {
+		t.Errorf("%d of %d connections closed before the request", closed, len(res))
+	}
+	return per
+}
+
+// workerIndex records which generation each worker PID belonged to while
+// the test runs (workers exit during the test).
+type workerIndex struct {
+	mu sync.Mutex
+	m  map[int]string
+}
+
+func watchWorkers(tr *Tracker, stop <-chan struct{}) *workerIndex {
+	wi := &workerIndex{m: map[int]string{}}
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for range 2000 {
+			for _, g := range tr.Generations() {
+				wi.mu.Lock()
+				for _, w := range append(g.Workers, g.Draining...) {
+					wi.m[w] = g.ID
+				}
+				wi.mu.Unlock()
+			}
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return wi
+}
+
+func (wi *workerIndex) snapshot() map[int]string {
+	wi.mu.Lock()
+	defer wi.mu.Unlock()
+	return maps.Clone(wi.m)
+}
+
+func TestNginxSwapUnderLoad(t *testing.T) {
+	l := newNginxLab(t)
+	l.writeConf("x25519")
+	masterA := l.start()
+	tr, _ := startTracker(t)
+	genA := genByMaster(t, tr, masterA, 2)
+	t.Logf("generation A: %s exe=%s openssl=%q rss=%d", genA.ID, genA.Exe, genA.OpenSSL, genA.RSSBytes)
+	if genA.Exe != l.bin || genA.ExeSHA256 == "" || !strings.HasPrefix(genA.OpenSSL, "OpenSSL 3.") {
+		t.Errorf("identity of A: exe %q sha %q openssl %q", genA.Exe, genA.ExeSHA256, genA.OpenSSL)
+	}
+	if genA.Config != l.conf || genA.PidFile != l.pid {
+		t.Errorf("config %q pid %q, want %q %q", genA.Config, genA.PidFile, l.conf, l.pid)
+	}
+
+	stop := make(chan struct{})
+	wi := watchWorkers(tr, stop)
+	ld := runLoad(t, l, tr, 50, stop)
+	time.Sleep(700 * time.Millisecond)
+
+	// Upgrade: new binary on disk, new configuration, USR2.
+	l.writeConf("secp256r1")
+	l.installB()
+	usr2At := time.Now()
+	l.signal(masterA, syscall.SIGUSR2)
+	ev := waitEvent(t, tr, 5*time.Second, KindUSR2, genA.ID)
+	t.Logf("usr2 seen after %v: %s", time.Since(usr2At).Round(time.Millisecond), ev.Message)
+	var masterB int
+	waitFor(t, 5*time.Second, "new pid file", func() bool { masterB = readPid(l.pid); return masterB > 0 && masterB != masterA })
+	genB := genByMaster(t, tr, masterB, 2)
+	if genB.ExeSHA256 == genA.ExeSHA256 || genB.Parent != genA.ID || ev.Generation != genB.ID {
+		t.Errorf("generation B %+v, event %+v", genB, ev)
+	}
+	// Overlap: both generations run and their memory is visible.
+	a, _ := tr.Generation(genA.ID)
+	if !a.Alive || a.RSSBytes == 0 || genB.RSSBytes == 0 || !a.ExeDeleted {
+		t.Errorf("overlap: A alive=%v rss=%d deleted=%v, B rss=%d", a.Alive, a.RSSBytes, a.ExeDeleted, genB.RSSBytes)
+	}
+	t.Logf("overlap: A rss=%d workers=%v, B rss=%d workers=%v", a.RSSBytes, a.Workers, genB.RSSBytes, genB.Workers)
+	time.Sleep(700 * time.Millisecond)
+
+	l.signal(masterA, syscall.SIGWINCH)
+	waitEvent(t, tr, 5*time.Second, KindWINCH, genA.ID)
+	time.Sleep(500 * time.Millisecond)
+	quitAt := time.Now()
+	l.signal(masterA, syscall.SIGQUIT)
+	waitEvent(t, tr, 5*time.Second, KindQUIT, genA.ID)
+	time.Sleep(700 * time.Millisecond)
+	close(stop)
+	<-ld.done
+
+	res, errs := ld.snapshot()
+	if len(errs) > 0 {
+		t.Errorf("%d handshake errors, first: %v", len(errs), errs[0])
+	}
+	per := checkAttribution(t, tr, res, wi.snapshot())
+	if per[genA.ID] == 0 || per[genB.ID] == 0 {
+		t.Errorf("want handshakes on both generations, got %v", per)
+	}
+	for _, s := range res {
+		if !s.ok {
+			continue
+		}
+		switch {
+		case s.gen.ID == genA.ID && s.curve != tls.X25519:
+			t.Errorf("A (x25519) negotiated %v", s.curve)
+		case s.gen.ID == genB.ID && s.curve != tls.CurveP256:
+			t.Errorf("B (secp256r1) negotiated %v", s.curve)
+		case s.at.Before(usr2At) && s.gen.ID != genA.ID:
+			t.Errorf("handshake before USR2 attributed to %s", s.gen.ID)
+		case s.at.After(quitAt.Add(200*time.Millisecond)) && s.gen.ID != genB.ID:
+			t.Errorf("handshake after QUIT attributed to %s", s.gen.ID)
+		}
+	}
+	if n := len(eventsFor(tr, KindFailed, genA.ID, genB.ID)) + len(eventsFor(tr, KindRollback, genA.ID, genB.ID)); n != 0 {
+		t.Errorf("%d false failed/rollback events", n)
+	}
+	a, _ = tr.Generation(genA.ID)
+	if a.Alive || a.CPUSeconds < 0 {
+		t.Errorf("A after QUIT: %+v", a)
+	}
+	b, _ := tr.Generation(genB.ID)
+	if b.Handshakes["secp256r1"] == 0 || a.Handshakes["x25519"] == 0 {
+		t.Errorf("handshake counters: A %v B %v", a.Handshakes, b.Handshakes)
+	}
+	t.Logf("A cpu=%.2fs handshakes=%v; B cpu=%.2fs handshakes=%v", a.CPUSeconds, a.Handshakes, b.CPUSeconds, b.Handshakes)
+}
+
+func TestNginxReloadUnderLoad(t *testing.T) {
+	l := newNginxLab(t)
+	l.writeConf("x25519")
+	master := l.start()
+	tr, _ := startTracker(t)
+	gen := genByMaster(t, tr, master, 2)
+	stop := make(chan struct{})
+	wi := watchWorkers(tr, stop)
+	ld := runLoad(t, l, tr, 50, stop)
+	time.Sleep(500 * time.Millisecond)
+
+	l.writeConf("secp256r1")
+	out, err := exec.Command(l.bin, "-p", l.dir+"/", "-c", l.conf, "-e", l.errLog, "-s", "reload").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nginx -s reload: %v: %s", err, out)
+	}
+	ev := waitEvent(t, tr, 5*time.Second, KindReload, gen.ID)
+	t.Logf("reload: %s", ev.Message)
+	var after GenerationInfo
+	waitFor(t, 5*time.Second, "two new workers", func() bool {
+		after, _ = tr.Generation(gen.ID)
+		return len(after.Workers) == 2 && !slices.ContainsFunc(after.Workers, func(w int) bool { return slices.Contains(gen.Workers, w) })
+	})
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	<-ld.done
+	res, errs := ld.snapshot()
+	if len(errs) > 0 {
+		t.Errorf("%d handshake errors, first: %v", len(errs), errs[0])
+	}
+	per := checkAttribution(t, tr, res, wi.snapshot())
+	if len(per) != 1 || per[gen.ID] != len(res) {
+		t.Errorf("all handshakes should belong to %s: %v", gen.ID, per)
+	}
+	curves := map[tls.CurveID]int{}
+	for _, s := range res {
+		curves[s.curve]++
+	}
+	if curves[tls.X25519] == 0 || curves[tls.CurveP256] == 0 {
+		t.Errorf("want both configurations served, curves %v", curves)
+	}
+	for _, k := range []string{KindUSR2, KindWINCH, KindQUIT, KindRollback, KindFailed} {
+		if n := len(eventsFor(tr, k, gen.ID)); n != 0 {
+			t.Errorf("false %s event(s): %d", k, n)
+		}
+	}
+	if n := len(eventsFor(tr, KindReload, gen.ID)); n != 1 {
+		t.Errorf("%d reload events, want 1", n)
+	}
+}
+
+func TestNginxFailedSwapAndRollback(t *testing.T) {
+	l := newNginxLab(t)
+	l.writeConf("x25519")
+	masterA := l.start()
+	tr, _ := startTracker(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tailEmerg(ctx, l.errLog, tr)
+	genA := genByMaster(t, tr, masterA, 2)
+	stop := make(chan struct{})
+	wi := watchWorkers(tr, stop)
+	ld := runLoad(t, l, tr, 50, stop)
+	time.Sleep(300 * time.Millisecond)
+
+	// The trap: a PQ group this OpenSSL 3.0 does not know, loaded by USR2.
+	l.writeConf("X25519MLKEM768:x25519")
+	l.installB()
+	usr2At := time.Now()
+	l.signal(masterA, syscall.SIGUSR2)
+	ev := waitEvent(t, tr, 2*time.Second, KindFailed, genA.ID)
+	t.Logf("failed swap reported after %v: %s", time.Since(usr2At).Round(time.Millisecond), ev.Message)
+	if !strings.Contains(ev.Message, genA.ID+" still serves") && !strings.Contains(ev.Message, genA.ID) {
+		t.Errorf("event does not say %s still serves: %s", genA.ID, ev.Message)
+	}
+	if got := tr.FailedSwaps(); got < 1 {
+		t.Errorf("FailedSwaps = %d", got)
+	}
+	if a, _ := tr.Generation(genA.ID); !a.Alive || len(a.Workers) != 2 {
+		t.Errorf("A should still serve: %+v", a)
+	}
+
+	// A good upgrade, then the fast rollback: HUP old, QUIT new.
+	l.writeConf("secp256r1")
+	l.signal(masterA, syscall.SIGUSR2)
+	waitEvent(t, tr, 5*time.Second, KindUSR2, genA.ID)
+	var masterB int
+	waitFor(t, 5*time.Second, "new pid file", func() bool { masterB = readPid(l.pid); return masterB > 0 && masterB != masterA })
+	genB := genByMaster(t, tr, masterB, 2)
+	l.signal(masterA, syscall.SIGWINCH)
+	waitEvent(t, tr, 5*time.Second, KindWINCH, genA.ID)
+	time.Sleep(300 * time.Millisecond)
+	l.writeConf("x25519") // what the old master re-reads on HUP
+	l.signal(masterA, syscall.SIGHUP)
+	genByMaster(t, tr, masterA, 2)
+	l.signal(masterB, syscall.SIGQUIT)
+	ev = waitEvent(t, tr, 5*time.Second, KindRollback, genB.ID)
+	t.Logf("rollback: %s", ev.Message)
+	if ev.Other != genA.ID {
+		t.Errorf("rollback names %q as serving, want %s", ev.Other, genA.ID)
+	}
+	rollbackAt := time.Now()
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	<-ld.done
+	res, errs := ld.snapshot()
+	if len(errs) > 0 {
+		t.Errorf("%d handshake errors, first: %v", len(errs), errs[0])
+	}
+	per := checkAttribution(t, tr, res, wi.snapshot())
+	if per[genA.ID] == 0 || per[genB.ID] == 0 {
+		t.Errorf("want handshakes on both generations: %v", per)
+	}
+	for _, s := range res {
+		if s.ok && s.at.After(rollbackAt) && s.gen.ID != genA.ID {
+			t.Errorf("after rollback served by %s", s.gen.ID)
+		}
+	}
+	if n := len(eventsFor(tr, KindFailed, genA.ID, genB.ID)); n != 1 {
+		t.Errorf("%d failed events, want 1", n)
+	}
+	if n := len(eventsFor(tr, KindQUIT, genA.ID, genB.ID)); n != 0 {
+		t.Errorf("%d quit events, want 0 (it was a rollback)", n)
+	}
+}

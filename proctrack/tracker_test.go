@@ -1,0 +1,264 @@
+package proctrack
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+func quietTracker(t testing.TB, cfg Config) *Tracker {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	tr, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// goServer listens on loopback and accepts (and holds) connections.
+func goServer(t testing.TB) (netip.AddrPort, func() net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	server := ln.Addr().(*net.TCPAddr).AddrPort()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", server.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := <-accepted
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c
+	}
+	return server, dial
+}
+
+func requireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to read /proc/PID/fd of every process")
+	}
+}
+
+// TestOtherServerAttribution: a process that is not nginx (this Go test
+// binary) is found through the listening socket it owns, and connections to
+// it are attributed to it.
+func TestOtherServerAttribution(t *testing.T) {
+	requireRoot(t)
+	server, dial := goServer(t)
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}})
+	if err := tr.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Scan(); err != nil { // the first scan discovers, the second builds the generation
+		t.Fatal(err)
+	}
+	var me GenerationInfo
+	for _, g := range tr.Generations() {
+		if g.MasterPID == os.Getpid() {
+			me = g
+		}
+	}
+	if me.ID == "" {
+		t.Fatalf("this process (%d) not found as a server: %+v", os.Getpid(), tr.Generations())
+	}
+	if !strings.HasPrefix(me.OpenSSL, "Go crypto/tls go") || me.ExeSHA256 == "" || me.Start.IsZero() {
+		t.Errorf("identity: %+v", me)
+	}
+	if d := time.Since(me.Start); d < 0 || d > time.Hour {
+		t.Errorf("start time %v is %v ago", me.Start, d)
+	}
+	c := dial()
+	client := c.LocalAddr().(*net.TCPAddr).AddrPort()
+	g, ok := tr.Attribute(client, server)
+	if !ok || g.ID != me.ID || g.WorkerPID != os.Getpid() {
+		t.Fatalf("Attribute = %+v, %v; want %s", g, ok, me.ID)
+	}
+	// A connection the tracker knows nothing about.
+	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), server); ok {
+		t.Fatalf("Attribute of a non-existent connection = %+v", g)
+	}
+	st := tr.Stats()
+	if st.Attributed != 1 || st.Unattributed != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestFailedSwapDeadline: an [emerg] from a process that stays alive (so
+// the early verdict does not apply) becomes a failed swap after
+// FailedSwapTimeout when no second master runs.
+func TestFailedSwapDeadline(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	tr := quietTracker(t, Config{FailedSwapTimeout: 3 * time.Second, Now: func() time.Time { return now }})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tr.Collector())
+	tr.NoteEmerg(now, os.Getpid(), `invalid value "X25519MLKEM768"`)
+	tr.NoteEmerg(now, os.Getpid(), "duplicate line of the same failure")
+	for range 3 {
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+		now = now.Add(time.Second)
+	}
+	if n := tr.FailedSwaps(); n != 0 {
+		t.Fatalf("failed before the deadline: %d", n)
+	}
+	if err := tr.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	if n := tr.FailedSwaps(); n != 1 {
+		t.Fatalf("FailedSwaps = %d after the deadline", n)
+	}
+	evs := tr.Events()
+	if len(evs) != 1 || evs[0].Kind != KindFailed || !strings.Contains(evs[0].Message, "X25519MLKEM768") {
+		t.Fatalf("events %+v", evs)
+	}
+	want := `
+# HELP pqwatch_swap_events_total Binary swap and reload events observed, by kind.
+# TYPE pqwatch_swap_events_total counter
+pqwatch_swap_events_total{kind="failed"} 1
+pqwatch_swap_events_total{kind="quit"} 0
+pqwatch_swap_events_total{kind="reload"} 0
+pqwatch_swap_events_total{kind="rollback"} 0
+pqwatch_swap_events_total{kind="usr2"} 0
+pqwatch_swap_events_total{kind="winch"} 0
+# HELP pqwatch_swap_failed_total Swaps that failed: .oldbin or [emerg] without a new master running in time.
+# TYPE pqwatch_swap_failed_total counter
+pqwatch_swap_failed_total 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pqwatch_swap_events_total", "pqwatch_swap_failed_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	requireRoot(t)
+	server, _ := goServer(t)
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}})
+	for range 2 {
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, ok := tr.GenerationOf(os.Getpid())
+	if !ok {
+		t.Fatal("this process not tracked")
+	}
+	tr.ObserveHandshake(g, "X25519MLKEM768")
+	tr.ObserveHandshake(g, "x25519")
+	tr.ObserveHandshake(&record.Generation{ID: "gone"}, "x25519")
+	c := tr.Collector()
+	if probs, err := testutil.CollectAndLint(c); err != nil || len(probs) > 0 {
+		t.Fatalf("lint: %v %+v", err, probs)
+	}
+	want := fmt.Sprintf(`
+# HELP pqwatch_generation_handshakes_total Handshakes served by the generation, by negotiated group.
+# TYPE pqwatch_generation_handshakes_total counter
+pqwatch_generation_handshakes_total{generation=%[1]q,group="X25519MLKEM768"} 1
+pqwatch_generation_handshakes_total{generation=%[1]q,group="x25519"} 1
+`, g.ID)
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "pqwatch_generation_handshakes_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "pqwatch_generation_info"); n < 1 {
+		t.Fatalf("%d info series", n)
+	}
+	if st := tr.Stats(); st.UnknownHandshakes != 1 {
+		t.Errorf("unknown handshakes %d", st.UnknownHandshakes)
+	}
+}
+
+func TestEvictOldestExited(t *testing.T) {
+	tr := quietTracker(t, Config{MaxGenerations: 3})
+	mk := func(pid int, alive bool) *generation {
+		g := &generation{key: procKey{pid, 1}, id: fmt.Sprint("g", pid), alive: alive, handshakes: map[string]uint64{}}
+		tr.gens[g.key] = g
+		tr.order = append(tr.order, g)
+		return g
+	}
+	a := mk(1, false)
+	mk(2, true)
+	c := mk(3, false)
+	d := mk(4, true)
+	d.parent, c.successor = c, d
+	mk(5, true)
+	tr.evict()
+	var ids []string
+	for _, g := range tr.order {
+		ids = append(ids, g.id)
+	}
+	if got := strings.Join(ids, ","); got != "g2,g4,g5" || d.parent != nil || tr.evicted.Load() != 2 {
+		t.Fatalf("kept %s (parent %v, evicted %d)", got, d.parent, tr.evicted.Load())
+	}
+	_ = a
+}
+
+func BenchmarkAttributeCached(b *testing.B) {
+	requireRoot(b)
+	server, dial := goServer(b)
+	tr := quietTracker(b, Config{ServerPorts: []uint16{server.Port()}})
+	for range 2 {
+		if err := tr.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	client := dial().LocalAddr().(*net.TCPAddr).AddrPort()
+	if _, ok := tr.Attribute(client, server); !ok {
+		b.Fatal("not attributed")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := tr.Attribute(client, server); !ok {
+			b.Fatal("not attributed")
+		}
+	}
+}
+
+func BenchmarkScan(b *testing.B) {
+	tr := quietTracker(b, Config{})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := tr.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseStat(b *testing.B) {
+	line := []byte("1234 (nginx) S 1 1234 1234 0 -1 4194624 93 0 0 0 12 34 0 0 20 0 1 0 5678 12345678 1500 18446744073709551615 1 1 0 0 0 0 0 4096 134749696 0 0 0 17 1 0 0 0 0 0\n")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, err := parseStat(line); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

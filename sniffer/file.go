@@ -1,0 +1,143 @@
+package sniffer
+
+import (
+	"bufio"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/pcapgo"
+)
+
+// Errors of ReadFile. They wrap the underlying cause.
+var (
+	ErrNotCapture   = errors.New("sniffer: not a pcap or pcapng file")
+	ErrTruncated    = errors.New("sniffer: capture file truncated")
+	ErrCorruptEntry = errors.New("sniffer: corrupt capture record")
+)
+
+// FileStats describes one capture file read by ReadFile.
+type FileStats struct {
+	Path    string
+	Format  string // "pcap", "pcapng", with "+gzip"
+	Packets uint64
+	Err     error // why reading stopped early, nil at a clean end
+}
+
+// Progress is called now and then with the compressed bytes read so far.
+type Progress func(read, total int64)
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+type packetReader interface {
+	ZeroCopyReadPacketData() ([]byte, gopacket.CaptureInfo, error)
+}
+
+// ReadFile feeds every packet of a pcap or pcapng file (optionally gzip
+// compressed) to s. A damaged file is read up to the damage: the error is
+// returned in FileStats.Err and everything before it is kept. Only an
+// unreadable or unrecognised file returns a non-nil error.
+func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
+	fs := FileStats{Path: path}
+	f, err := os.Open(path)
+	if err != nil {
+		return fs, fmt.Errorf("sniffer: %w", err)
+	}
+	defer f.Close()
+	var total int64
+	if st, err := f.Stat(); err == nil {
+		total = st.Size()
+	}
+	cr := &countingReader{r: f}
+	br := bufio.NewReaderSize(cr, 1<<20)
+	magic, err := br.Peek(4)
+	if err != nil {
+		return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
+	}
+	var r io.Reader = br
+	suffix := ""
+	if magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return fs, fmt.Errorf("%w: %s: gzip: %v", ErrNotCapture, path, err)
+		}
+		defer gz.Close()
+		gbr := bufio.NewReaderSize(gz, 1<<20)
+		if magic, err = gbr.Peek(4); err != nil {
+			return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
+		}
+		r = gbr
+		suffix = "+gzip"
+	}
+	var pr packetReader
+	var linkOf func(ci *gopacket.CaptureInfo) int
+	switch {
+	case magic[0] == 0x0a && magic[1] == 0x0d && magic[2] == 0x0d && magic[3] == 0x0a:
+		ng, err := pcapgo.NewNgReader(r, pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		if err != nil {
+			return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
+		}
+		pr = ng
+		fs.Format = "pcapng" + suffix
+		links := map[int]int{}
+		linkOf = func(ci *gopacket.CaptureInfo) int {
+			l, ok := links[ci.InterfaceIndex]
+			if !ok {
+				l = -1
+				if iface, err := ng.Interface(ci.InterfaceIndex); err == nil {
+					l = int(iface.LinkType)
+				}
+				links[ci.InterfaceIndex] = l
+			}
+			return l
+		}
+	default:
+		pc, err := pcapgo.NewReader(r)
+		if err != nil {
+			return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
+		}
+		pr = pc
+		fs.Format = "pcap" + suffix
+		lt := int(pc.LinkType())
+		linkOf = func(*gopacket.CaptureInfo) int { return lt }
+	}
+	last := time.Now()
+	for {
+		data, ci, err := pr.ZeroCopyReadPacketData()
+		if err != nil {
+			switch {
+			case errors.Is(err, io.EOF):
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				fs.Err = fmt.Errorf("%w: %s after %d packets", ErrTruncated, path, fs.Packets)
+			default:
+				fs.Err = fmt.Errorf("%w: %s after %d packets: %v", ErrCorruptEntry, path, fs.Packets, err)
+			}
+			break
+		}
+		fs.Packets++
+		s.Packet(ci.Timestamp, linkOf(&ci), data)
+		if progress != nil && fs.Packets&0xffff == 0 {
+			if now := time.Now(); now.Sub(last) > 200*time.Millisecond {
+				last = now
+				progress(cr.n, total)
+			}
+		}
+	}
+	if progress != nil {
+		progress(cr.n, total)
+	}
+	return fs, nil
+}

@@ -1,0 +1,80 @@
+package sniffer
+
+import (
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/sniffer/quic"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// quicConn turns one finished QUIC connection into a record.
+func (s *Sniffer) quicConn(c *quic.Conn) {
+	if len(c.ClientHello) < 4 && !c.ClientHelloTruncated {
+		return
+	}
+	r := &record.Handshake{
+		TS:                  c.FirstTS.UTC(),
+		Transport:           record.TransportQUIC,
+		Client:              c.Client.String(),
+		Server:              c.Server.String(),
+		ClientHelloSegments: c.ClientHelloPackets,
+		ClientAddr:          c.Client.Addr().As16(),
+		ClientPort:          c.Client.Port(),
+		ServerPort:          c.Server.Port(),
+	}
+	if len(c.ClientHello) >= 4 {
+		r.ClientHelloBytes = handshakeLen(c.ClientHello)
+		if err := s.ch.Parse(c.ClientHello); err != nil {
+			s.errs[errClientHello]++
+		} else {
+			fillClientHello(r, &s.ch, 'q', s.scratch())
+		}
+	}
+	switch {
+	case len(c.ServerHello) >= 4:
+		r.Outcome = record.OutcomeOK
+		if !c.ServerHelloTS.IsZero() && !c.FirstTS.IsZero() {
+			r.HandshakeRTTMicros = max(0, c.ServerHelloTS.Sub(c.FirstTS).Microseconds())
+		}
+		if err := s.sh.Parse(c.ServerHello); err != nil {
+			s.errs[errServerHello]++
+			break
+		}
+		r.ServerHelloBytes = handshakeLen(c.ServerHello)
+		r.Version = tlsparse.VersionName(s.sh.Version)
+		r.Cipher = tlsparse.CipherSuiteName(s.sh.CipherSuite)
+		if s.sh.Group != 0 {
+			r.Group = s.sh.Group.String()
+			r.PQ = s.sh.Group.IsPQ()
+		}
+	case c.Closed != "":
+		r.Outcome = record.OutcomeAlert
+		r.Alert = quicAlert(c.Closed)
+	case c.ClientHelloTruncated:
+		r.Outcome = record.OutcomeTruncated
+	default:
+		r.Outcome = record.OutcomeTimeout
+	}
+	s.emit(r)
+}
+
+// quicAlert maps a QUIC CONNECTION_CLOSE code to the TLS alert it carries
+// (RFC 9001 §4.8: 0x0100 + alert), or returns the code as is.
+func quicAlert(code string) string {
+	var v uint64
+	for _, c := range code[min(2, len(code)):] {
+		switch {
+		case c >= '0' && c <= '9':
+			v = v<<4 | uint64(c-'0')
+		case c >= 'a' && c <= 'f':
+			v = v<<4 | uint64(c-'a'+10)
+		case c >= 'A' && c <= 'F':
+			v = v<<4 | uint64(c-'A'+10)
+		default:
+			return code
+		}
+	}
+	if v >= 0x100 && v <= 0x1ff {
+		return tlsparse.AlertName(uint8(v - 0x100))
+	}
+	return code
+}

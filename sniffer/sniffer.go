@@ -1,0 +1,230 @@
+// Package sniffer turns captured packets into handshake records: link, IP,
+// TCP and UDP decoding, a bounded flow table, reassembly of the first
+// handshake bytes of each TCP direction, QUIC Initial decryption (package
+// sniffer/quic) and the TLS state that decides each connection's outcome.
+//
+// A Sniffer is not safe for concurrent use: feed it from one goroutine (the
+// live agent runs one Sniffer per capture worker, with flow-hashed fanout).
+package sniffer
+
+import (
+	"net/netip"
+	"time"
+
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/sniffer/quic"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// Config bounds the sniffer's state. Zero values take the defaults.
+type Config struct {
+	// MaxFlows caps the TCP flow table; the least recently active flow is
+	// evicted (and counted) when it is full. Default 65536.
+	MaxFlows int
+	// FlowTimeout expires a flow idle for this long (capture time).
+	// Default 30s.
+	FlowTimeout time.Duration
+	// MaxStreamBytes caps the bytes kept per direction until the
+	// handshake is decided. Default 64 KiB.
+	MaxStreamBytes int
+	// MaxQUICConns caps QUIC connection state. Default 16384.
+	MaxQUICConns int
+	// Ports, when not empty, narrows the packets examined to TCP/UDP
+	// packets with one of these ports on either side.
+	Ports []uint16
+	// OnRecord receives each finished record. The record is owned by the
+	// callee.
+	OnRecord func(*record.Handshake)
+}
+
+func (c *Config) defaults() {
+	if c.MaxFlows <= 0 {
+		c.MaxFlows = 65536
+	}
+	if c.FlowTimeout <= 0 {
+		c.FlowTimeout = 30 * time.Second
+	}
+	if c.MaxStreamBytes <= 0 {
+		c.MaxStreamBytes = 64 << 10
+	}
+	if c.MaxQUICConns <= 0 {
+		c.MaxQUICConns = 16384
+	}
+}
+
+// Stats counts what the sniffer saw and dropped. Errors are by reason.
+type Stats struct {
+	Packets      uint64
+	Bytes        uint64
+	TCPPackets   uint64
+	UDPPackets   uint64
+	Filtered     uint64 // outside Config.Ports
+	Flows        uint64 // TCP flows created
+	FlowsActive  int
+	FlowsEvicted uint64
+	FlowsExpired uint64
+	Records      uint64
+	Errors       map[string]uint64
+	QUIC         map[string]uint64
+}
+
+// Sniffer is the packet-to-record pipeline.
+type Sniffer struct {
+	cfg   Config
+	flows map[flowKey]*flow
+	// LRU list by last activity: head = most recent.
+	head, tail *flow
+	free       []*flow
+	pkt        packet
+	ports      *[1024]uint64 // bitset of Config.Ports, nil = all
+	quic       *quic.Tracker
+	lastExpire time.Time
+	now        time.Time
+
+	stats  Stats
+	errs   [len(errReasons)]uint64
+	ch     tlsparse.ClientHello
+	sh     tlsparse.ServerHello
+	scratc []byte
+}
+
+// Error reasons counted per packet or per flow.
+const (
+	errUnsupportedLink = iota
+	errNotIP
+	errShortPacket
+	errIPFragment
+	errOtherProto
+	errBadHeader
+	errClientHello
+	errServerHello
+	errServerKeyExchange
+	errStreamOverflow
+	errSnapTruncated
+	errRecord
+	errCount
+)
+
+var errReasons = [errCount]string{
+	errUnsupportedLink:   "unsupported_link",
+	errNotIP:             "not_ip",
+	errShortPacket:       "short_packet",
+	errIPFragment:        "ip_fragment",
+	errOtherProto:        "other_protocol",
+	errBadHeader:         "bad_header",
+	errClientHello:       "malformed_client_hello",
+	errServerHello:       "malformed_server_hello",
+	errServerKeyExchange: "malformed_server_key_exchange",
+	errStreamOverflow:    "stream_overflow",
+	errSnapTruncated:     "snaplen_truncated",
+	errRecord:            "malformed_record",
+}
+
+// ErrorReasons lists every reason Stats.Errors can hold, so metrics can be
+// initialised at zero.
+func ErrorReasons() []string { return errReasons[:] }
+
+// New returns a Sniffer with cfg's bounds.
+func New(cfg Config) *Sniffer {
+	cfg.defaults()
+	s := &Sniffer{cfg: cfg, flows: make(map[flowKey]*flow, min(cfg.MaxFlows, 4096))}
+	if len(cfg.Ports) > 0 {
+		s.ports = new([1024]uint64)
+		for _, p := range cfg.Ports {
+			s.ports[p>>6] |= 1 << (p & 63)
+		}
+	}
+	s.quic = quic.NewTracker(quic.Config{
+		MaxConns: cfg.MaxQUICConns,
+		Timeout:  cfg.FlowTimeout,
+		OnConn:   s.quicConn,
+	})
+	return s
+}
+
+// Packet processes one captured frame. data may be reused by the caller
+// after Packet returns.
+func (s *Sniffer) Packet(ts time.Time, link int, data []byte) {
+	s.stats.Packets++
+	s.stats.Bytes += uint64(len(data))
+	if ts.After(s.now) {
+		s.now = ts
+	}
+	p := &s.pkt
+	if r := decode(link, data, p); r != decodeOK {
+		switch r {
+		case decodeUnsupportedLink:
+			s.errs[errUnsupportedLink]++
+		case decodeNotIP:
+			s.errs[errNotIP]++
+		case decodeShort:
+			s.errs[errShortPacket]++
+		case decodeFragment:
+			s.errs[errIPFragment]++
+		case decodeOtherProto:
+			s.errs[errOtherProto]++
+		case decodeBadHeader:
+			s.errs[errBadHeader]++
+		}
+	} else if s.ports != nil && s.ports[p.sport>>6]&(1<<(p.sport&63)) == 0 && s.ports[p.dport>>6]&(1<<(p.dport&63)) == 0 {
+		s.stats.Filtered++
+	} else {
+		switch p.proto {
+		case protoTCP:
+			s.stats.TCPPackets++
+			s.tcp(ts, p)
+		case protoUDP:
+			s.stats.UDPPackets++
+			if len(p.payload) > 0 {
+				s.quic.Datagram(ts, netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), p.payload)
+			}
+		}
+	}
+	if s.now.Sub(s.lastExpire) >= time.Second {
+		s.Expire(s.now)
+	}
+}
+
+// Expire finishes flows idle since before now-FlowTimeout with outcome
+// timeout.
+func (s *Sniffer) Expire(now time.Time) {
+	s.lastExpire = now
+	cut := now.Add(-s.cfg.FlowTimeout)
+	for f := s.tail; f != nil && f.lastSeen.Before(cut); f = s.tail {
+		s.finish(f, record.OutcomeTimeout)
+		s.stats.FlowsExpired++
+		s.remove(f)
+	}
+	s.quic.Expire(now)
+}
+
+// Flush finishes every open flow as the end of a capture: handshakes still
+// waiting for their ServerHello get outcome truncated.
+func (s *Sniffer) Flush() {
+	for f := s.tail; f != nil; f = s.tail {
+		s.finish(f, record.OutcomeTruncated)
+		s.remove(f)
+	}
+	s.quic.Flush()
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Sniffer) Stats() Stats {
+	st := s.stats
+	st.FlowsActive = len(s.flows)
+	st.Errors = make(map[string]uint64)
+	for i, n := range s.errs {
+		if n > 0 {
+			st.Errors[errReasons[i]] = n
+		}
+	}
+	st.QUIC = s.quic.Stats()
+	return st
+}
+
+func (s *Sniffer) emit(r *record.Handshake) {
+	s.stats.Records++
+	if s.cfg.OnRecord != nil {
+		s.cfg.OnRecord(r)
+	}
+}

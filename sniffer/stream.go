@@ -1,0 +1,191 @@
+package sniffer
+
+import "time"
+
+// stream reassembles the first bytes of one TCP direction. It keeps a
+// contiguous prefix (buf, stream offset 0 = first byte after the SYN, or the
+// first data byte seen when the SYN was not captured) plus a bounded list of
+// out-of-order segments waiting for the gap before them to fill. Retransmitted
+// and overlapping bytes are taken once: only bytes beyond the prefix are used.
+type stream struct {
+	isnKnown bool
+	synSeen  bool
+	isn      uint32 // sequence number of stream offset 0
+	buf      []byte
+	pending  []segment
+	pendBy   int
+	// gap is set when bytes were lost for good (snaplen cut, buffer cap):
+	// parsing stops at the gap.
+	gap      bool
+	overflow bool
+	fin      bool
+
+	firstTS time.Time // capture time of the segment carrying offset 0
+	// starts records the distinct stream offsets at which data segments
+	// began (bounded), to count the segments that carried a message.
+	starts []uint32
+
+	// TLS record-layer cursor over buf, and the handshake-message stream
+	// built from handshake records.
+	recOff    int
+	hs        []byte
+	hsOff     int
+	recMap    []recSpan // handshake bytes -> stream offset, first records only
+	encrypted bool      // past ChangeCipherSpec / application data: stop
+}
+
+type segment struct {
+	off  uint32
+	data []byte
+	ts   time.Time
+}
+
+type recSpan struct {
+	hsEnd     int // end offset in hs of this record's payload
+	streamEnd int // end offset in the stream of this record
+}
+
+const maxStarts = 64
+
+func (s *stream) reset() {
+	buf, hs, pend, starts, rm := s.buf[:0], s.hs[:0], s.pending[:0], s.starts[:0], s.recMap[:0]
+	*s = stream{buf: buf, hs: hs, pending: pend, starts: starts, recMap: rm}
+}
+
+// add places a data segment with sequence number seq. It reports whether
+// the contiguous prefix grew. limit caps the bytes kept per direction.
+func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated bool) bool {
+	if len(data) == 0 {
+		return false
+	}
+	if !s.isnKnown {
+		s.isn = seq
+		s.isnKnown = true
+	}
+	rel := int64(int32(seq - s.isn))
+	if rel < 0 {
+		if s.synSeen || -rel > int64(limit) {
+			// Before the SYN's sequence number, or far back: trim the
+			// part before offset 0 (retransmission of old data).
+			if -rel >= int64(len(data)) {
+				return false
+			}
+			data = data[-rel:]
+			rel = 0
+		} else {
+			// The SYN was not captured and an earlier segment arrived
+			// late: rebase offset 0 onto it.
+			s.rebase(uint32(-rel))
+			rel = 0
+		}
+	}
+	if rel > int64(limit) {
+		s.overflow = true
+		return false
+	}
+	off := uint32(rel)
+	if len(s.starts) < maxStarts && !containsU32(s.starts, off) {
+		s.starts = append(s.starts, off)
+	}
+	end := int(off) + len(data)
+	if end > limit {
+		data = data[:limit-int(off)]
+		end = limit
+		s.overflow = true
+	}
+	if int(off) > len(s.buf) {
+		if s.pendBy+len(data) > limit || len(s.pending) >= 64 {
+			s.overflow = true
+			return false
+		}
+		s.pending = append(s.pending, segment{off: off, data: append([]byte(nil), data...), ts: ts})
+		s.pendBy += len(data)
+		if truncated {
+			s.gap = true
+		}
+		return false
+	}
+	grew := false
+	if end > len(s.buf) {
+		if len(s.buf) == 0 && off == 0 {
+			s.firstTS = ts
+		}
+		s.buf = append(s.buf, data[len(s.buf)-int(off):]...)
+		grew = true
+		if truncated {
+			s.gap = true
+		}
+	}
+	// Merge pending segments that now touch the prefix.
+	for merged := true; merged && len(s.pending) > 0; {
+		merged = false
+		for i := 0; i < len(s.pending); i++ {
+			sg := s.pending[i]
+			if int(sg.off) > len(s.buf) {
+				continue
+			}
+			if e := int(sg.off) + len(sg.data); e > len(s.buf) {
+				if len(s.buf) == 0 {
+					s.firstTS = sg.ts
+				}
+				s.buf = append(s.buf, sg.data[len(s.buf)-int(sg.off):]...)
+				grew = true
+			}
+			s.pendBy -= len(sg.data)
+			s.pending[i] = s.pending[len(s.pending)-1]
+			s.pending = s.pending[:len(s.pending)-1]
+			merged = true
+			i--
+		}
+	}
+	return grew
+}
+
+// rebase moves offset 0 back by d bytes: the prefix becomes pending data.
+func (s *stream) rebase(d uint32) {
+	s.isn -= d
+	for i := range s.pending {
+		s.pending[i].off += d
+	}
+	for i := range s.starts {
+		s.starts[i] += d
+	}
+	if len(s.buf) > 0 {
+		s.pending = append(s.pending, segment{off: d, data: append([]byte(nil), s.buf...), ts: s.firstTS})
+		s.pendBy += len(s.buf)
+		s.buf = s.buf[:0]
+	}
+	s.firstTS = time.Time{}
+}
+
+// segmentsBefore counts the distinct captured segments that began before
+// stream offset end.
+func (s *stream) segmentsBefore(end int) int {
+	n := 0
+	for _, o := range s.starts {
+		if int(o) < end {
+			n++
+		}
+	}
+	return n
+}
+
+// streamEndOf maps an end offset in the handshake stream to the stream
+// offset where the record holding that byte ends.
+func (s *stream) streamEndOf(hsEnd int) int {
+	for _, r := range s.recMap {
+		if r.hsEnd >= hsEnd {
+			return r.streamEnd
+		}
+	}
+	return -1
+}
+
+func containsU32(s []uint32, v uint32) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

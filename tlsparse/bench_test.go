@@ -1,0 +1,71 @@
+package tlsparse
+
+import "testing"
+
+func BenchmarkParseClientHello(b *testing.B) {
+	msg := chromeLikeClientHello()
+	var ch ClientHello
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if err := ch.Parse(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseServerHello(b *testing.B) {
+	msg := loadGolden(b, "go_mlkem_sh")
+	var sh ServerHello
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if err := sh.Parse(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkParseServerKeyExchangeGroup(b *testing.B) {
+	msg := loadGolden(b, "go_tls12_ske")
+	b.ReportAllocs()
+	b.SetBytes(int64(len(msg)))
+	for b.Loop() {
+		if _, _, err := ParseServerKeyExchangeGroup(msg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkJA4(b *testing.B) {
+	var ch ClientHello
+	if err := ch.Parse(chromeLikeClientHello()); err != nil {
+		b.Fatal(err)
+	}
+	dst := make([]byte, 0, JA4Len)
+	b.ReportAllocs()
+	for b.Loop() {
+		dst = AppendJA4(dst[:0], &ch, TransportTCP)
+	}
+}
+
+func BenchmarkLooksLikeTLS(b *testing.B) {
+	ch := chromeLikeClientHello()
+	rec := append([]byte{ContentHandshake, 3, 1, byte(len(ch) >> 8), byte(len(ch))}, ch...)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !LooksLikeTLS(rec) {
+			b.Fatal("not TLS")
+		}
+	}
+}
+
+func BenchmarkGroupString(b *testing.B) {
+	gs := []Group{GroupX25519MLKEM768, GroupX25519, GroupSecp256r1, 0x2a2a, GroupFFDHE2048}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, g := range gs {
+			_ = g.String()
+		}
+	}
+}
