@@ -88,6 +88,11 @@ type KafkaConfig struct {
 
 	RetryBackoffMin time.Duration // default 100ms
 	RetryBackoffMax time.Duration // default 5s
+	// MetadataTTL is how often kafka-go refreshes cluster metadata, default
+	// 5s. kafka-go caches a failed refresh until the next one (at a random
+	// point within the TTL), so this bounds how long delivery stays stalled
+	// after the cluster becomes reachable again.
+	MetadataTTL time.Duration
 
 	// RollupTopic, when set, enables per-window rollups per server and
 	// group (RollupRow) on that topic, every RollupInterval (default 1m,
@@ -169,6 +174,7 @@ func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 	setDefault(&cfg.SpoolSegmentBytes, 4<<20)
 	setDefault(&cfg.RetryBackoffMin, 100*time.Millisecond)
 	setDefault(&cfg.RetryBackoffMax, 5*time.Second)
+	setDefault(&cfg.MetadataTTL, 5*time.Second)
 	setDefault(&cfg.RollupInterval, time.Minute)
 	setDefault(&cfg.RollupMaxServers, 1024)
 	if cfg.Logger == nil {
@@ -253,7 +259,7 @@ func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 				TLS:         cfg.TLS,
 				SASL:        mech,
 				DialTimeout: 5 * time.Second,
-				MetadataTTL: 30 * time.Second,
+				MetadataTTL: cfg.MetadataTTL,
 			},
 		},
 		q:       newQueue(cfg.MemoryBytes, sp),

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -33,12 +34,17 @@ func startBroker(t *testing.T, port int, dir string, topics ...string) *kfake.Cl
 		opts = append(opts, kfake.DataDir(dir))
 	}
 	var c *kfake.Cluster
-	var err error
+	var err, lastErr error
 	// The port may still be held for a moment after a restart.
-	for range 50 {
+	t0 := time.Now()
+	for i := range 100 {
 		if c, err = kfake.NewCluster(opts...); err == nil {
+			if i > 0 {
+				t.Logf("kfake: port %d free after %v: %v", port, time.Since(t0), lastErr)
+			}
 			return c
 		}
+		lastErr = err
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("kfake: %v", err)
@@ -194,7 +200,7 @@ func TestKafkaSurvivesBrokerOutage(t *testing.T) {
 	k, err := NewKafka(KafkaConfig{
 		Brokers: []string{addr}, Topic: testTopic, Key: KeyServer,
 		BatchSize: 100, BatchTimeout: 5 * time.Millisecond, WriteTimeout: 2 * time.Second,
-		RetryBackoffMax: 500 * time.Millisecond, MemoryBytes: 8 << 20,
+		RetryBackoffMax: 500 * time.Millisecond, MemoryBytes: 8 << 20, MetadataTTL: time.Second,
 		Logger: testLogger(t),
 	})
 	if err != nil {
@@ -280,6 +286,7 @@ func fastConfig(addr string) KafkaConfig {
 		Brokers: []string{addr}, Topic: testTopic,
 		BatchSize: 50, BatchTimeout: 5 * time.Millisecond, WriteTimeout: time.Second,
 		RetryBackoffMin: 20 * time.Millisecond, RetryBackoffMax: 200 * time.Millisecond,
+		MetadataTTL: 500 * time.Millisecond,
 	}
 }
 
@@ -330,58 +337,112 @@ func TestKafkaOverflowCountsDropped(t *testing.T) {
 	}
 }
 
-func TestKafkaSpoolOverflowAndRestart(t *testing.T) {
-	addr, start := deadBroker(t, testTopic)
-	size := (&qmsg{topic: testTopic, key: []byte(seqRecord(0).Server), value: AppendJSON(nil, seqRecord(0))}).size()
-	frame := frameSize(&qmsg{topic: testTopic, key: []byte(seqRecord(0).Server), value: AppendJSON(nil, seqRecord(0))})
+// spoolConfig returns a config whose memory holds 5 records and whose spool
+// holds 20, in segments of 3.
+func spoolConfig(t *testing.T, addr string) KafkaConfig {
+	m := qmsg{topic: testTopic, key: []byte(seqRecord(0).Server), value: AppendJSON(nil, seqRecord(0))}
 	cfg := fastConfig(addr)
 	cfg.Logger = testLogger(t)
-	cfg.MemoryBytes = 5 * size
+	cfg.MemoryBytes = 5 * m.size()
 	cfg.SpoolDir = t.TempDir()
-	cfg.SpoolBytes = 20 * frame
-	cfg.SpoolSegmentBytes = 3 * frame
+	cfg.SpoolBytes = 20 * frameSize(&m)
+	cfg.SpoolSegmentBytes = 3 * frameSize(&m)
+	return cfg
+}
+
+func closeShort(t *testing.T, k *Kafka) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	return k.Close(ctx)
+}
+
+// TestKafkaSpoolRestart: with the broker down, records overflow memory into
+// the spool; Close moves memory to the front of the spool; a new sink on the
+// same directory delivers everything, once, in order.
+func TestKafkaSpoolRestart(t *testing.T) {
+	addr, start := deadBroker(t, testTopic)
+	cfg := spoolConfig(t, addr)
 	k, err := NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 40
-	dropped := 0
+	const n = 20
 	for i := range n {
+		if err := k.Write(seqRecord(i)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if st := k.Stats(); st.Spooled != n-5 || st.Queued != 5 {
+		t.Fatalf("stats %+v, want 5 in memory and %d spooled", st, n-5)
+	}
+	if err := closeShort(t, k); err != nil {
+		t.Logf("close: %v", err) // closing the writer may hit the deadline
+	}
+	if st := k.Stats(); st.Dropped != 0 {
+		t.Fatalf("close dropped messages although the spool had room: %+v", st)
+	}
+
+	c := start()
+	k2, err := NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDelivered(t, k2, n, 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := k2.Close(ctx); err != nil {
+		t.Error(err)
+	}
+	checkExactlyOnceInOrder(t, readAll(t, c.ListenAddrs()[0], testTopic, n, 10*time.Second), n)
+	if left, _ := filepath.Glob(filepath.Join(cfg.SpoolDir, "*"+segSuffix)); len(left) != 0 {
+		t.Errorf("spool segments left after delivery: %v", left)
+	}
+}
+
+// TestKafkaSpoolOverflow: beyond memory and spool, records are dropped and
+// counted, at Write and at Close; what was spooled is delivered.
+func TestKafkaSpoolOverflow(t *testing.T) {
+	addr, start := deadBroker(t, testTopic)
+	cfg := spoolConfig(t, addr)
+	k, err := NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := 0
+	for i := range 30 {
 		if err := k.Write(seqRecord(i)); errors.Is(err, ErrDropped) {
 			dropped++
 		} else if err != nil {
 			t.Fatal(err)
 		}
 	}
-	st := k.Stats()
-	if st.Spooled != 20 || dropped != n-25 || st.Dropped != uint64(dropped) {
-		t.Fatalf("spooled %d dropped %d (stats %+v), want 20 and %d", st.Spooled, dropped, st, n-25)
+	if st := k.Stats(); st.Spooled != 20 || dropped != 5 || st.Dropped != 5 {
+		t.Fatalf("stats %+v, %d dropped at Write; want 20 spooled, 5 dropped", st, dropped)
 	}
-	// Shut down while the broker is still down: memory goes to the spool.
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	err = k.Close(ctx)
-	cancel()
-	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
-		t.Logf("close: %v", err) // the writer close may or may not hit the deadline
+	// The spool is full: the 5 records in memory cannot be kept.
+	if err := closeShort(t, k); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("close: %v, want DeadlineExceeded", err)
 	}
-	if st := k.Stats(); st.Dropped != uint64(dropped) {
-		t.Fatalf("close dropped messages although the spool had room: %+v", st)
+	if st := k.Stats(); st.Dropped != 10 {
+		t.Errorf("stats %+v, want 10 dropped", st)
 	}
-
-	// A new process on the same spool, with the broker back.
 	c := start()
 	k2, err := NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitDelivered(t, k2, 25, 15*time.Second)
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	waitDelivered(t, k2, 20, 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := k2.Close(ctx); err != nil {
 		t.Error(err)
 	}
-	got := readAll(t, c.ListenAddrs()[0], testTopic, 25, 10*time.Second)
-	checkExactlyOnceInOrder(t, got, 25)
+	got := readAll(t, c.ListenAddrs()[0], testTopic, 20, 10*time.Second)
+	for i := range got {
+		got[i].seq -= 5 // records 5..24 were spooled
+	}
+	checkExactlyOnceInOrder(t, got, 20)
 }
 
 func TestKafkaCloseDeadlineBrokerDown(t *testing.T) {

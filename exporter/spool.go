@@ -193,7 +193,17 @@ func (s *spool) next() (m qmsg, ok bool, err error) {
 			m, n, rerr := s.readFrame()
 			if rerr == nil {
 				s.rOff += n
-				return m, true, nil
+				if s.rOff == s.sizes[head] {
+					// Read to its end: remove it now rather than on the
+					// next call, which may come only after a restart.
+					if head == s.wSeq {
+						err = s.closeWriter()
+					}
+					if err == nil {
+						err = s.dropHead()
+					}
+				}
+				return m, true, err
 			}
 			// A damaged or torn frame: the rest of this segment is lost.
 			s.corrupt++
@@ -348,6 +358,10 @@ func (s *spool) closeWith(msgs []qmsg) (int, error) {
 		if err := s.dropHead(); err != nil {
 			return n, err
 		}
+	}
+	if size+copied == 0 {
+		_ = os.Remove(s.segPath(seq))
+		return n, nil
 	}
 	s.segs = slices.Insert(s.segs, 0, seq)
 	s.sizes[seq] = size + copied

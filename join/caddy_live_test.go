@@ -28,12 +28,16 @@ const caddyConfTmpl = `{
   "apps": {
     "http": {"servers": {"s": {
       "listen": ["127.0.0.1:{{port}}"],
+      "protocols": ["h1", "h2"],
       "automatic_https": {"disable_redirects": true},
       "tls_connection_policies": [{}],
       "logs": {"default_logger_name": "acc"},
       "routes": [{"handle": [{"handler": "static_response", "status_code": 200, "body": "ok\n"}]}]
     }}},
-    "tls": {"automation": {"policies": [{"subjects": ["localhost", "127.0.0.1"], "issuers": [{"module": "internal"}]}]}},
+    "tls": {
+      "certificates": {"automate": ["localhost"]},
+      "automation": {"policies": [{"subjects": ["localhost"], "issuers": [{"module": "internal"}]}]}
+    },
     "pki": {"certificate_authorities": {"local": {"install_trust": false}}}
   }
 }`

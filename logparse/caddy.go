@@ -452,21 +452,44 @@ func (s *jscan) boolean() bool {
 	return false
 }
 
-// number returns the raw text of a number value.
+// number returns the raw text of a number value (JSON grammar:
+// -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?).
 func (s *jscan) number() []byte {
 	s.ws()
 	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		if c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E' {
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 			s.i++
-			continue
+			n++
 		}
-		break
+		return n
 	}
-	if s.i == start {
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	if s.i < len(s.b) && s.b[s.i] == '0' {
+		s.i++
+	} else if digits() == 0 {
 		s.bad = true
 		return nil
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if digits() == 0 {
+			s.bad = true
+			return nil
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if digits() == 0 {
+			s.bad = true
+			return nil
+		}
 	}
 	return s.b[start:s.i]
 }

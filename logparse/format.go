@@ -121,7 +121,7 @@ func (f *Format) String() string {
 	var b strings.Builder
 	b.WriteString("log_format ")
 	b.WriteString(f.Name)
-	if f.Escape != EscapeDefault {
+	if f.Escape != EscapeDefault || strings.HasPrefix(f.Text, "escape=") {
 		b.WriteString(" escape=")
 		b.WriteString(f.Escape.String())
 	}
