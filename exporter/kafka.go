@@ -329,6 +329,8 @@ func (k *Kafka) enqueue(m qmsg) error {
 		k.dropped.Add(1)
 		k.m.KafkaMessages(KafkaDropped, 1)
 		return ErrDropped
+	case pushClosed:
+		return ErrClosed
 	default:
 		k.enqueued.Add(1)
 	}
@@ -497,7 +499,7 @@ func (k *Kafka) emitRollups(end time.Time) {
 
 // Stats returns the sink's counters.
 func (k *Kafka) Stats() KafkaStats {
-	n, sb := k.q.len()
+	n, sb := k.q.depth()
 	return KafkaStats{
 		Enqueued:  k.enqueued.Load(),
 		Delivered: k.delivered.Load(),

@@ -20,6 +20,7 @@ const (
 	pushMemory pushResult = iota
 	pushSpooled
 	pushDropped
+	pushClosed
 )
 
 // queue is the bounded FIFO between Write and the delivery goroutine: a
@@ -35,6 +36,7 @@ type queue struct {
 	spool    *spool
 	spoolErr error // last spool I/O error, for the delivery loop to log
 	notify   chan struct{}
+	closed   bool
 }
 
 func newQueue(maxBytes int64, sp *spool) *queue {
@@ -53,6 +55,9 @@ func (q *queue) signal() {
 func (q *queue) push(m qmsg) pushResult {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		return pushClosed
+	}
 	sz := m.size()
 	if (q.spool == nil || q.spool.empty()) && q.bytes+sz <= q.maxBytes {
 		q.items = append(q.items, m)
@@ -129,8 +134,8 @@ func (q *queue) ack(n int, failed []bool) {
 	}
 }
 
-// len reports the queued messages in memory and the spooled bytes.
-func (q *queue) len() (int, int64) {
+// depth reports the queued messages in memory and the unread spool bytes.
+func (q *queue) depth() (int, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var sb int64
@@ -141,7 +146,7 @@ func (q *queue) len() (int, int64) {
 }
 
 func (q *queue) empty() bool {
-	n, sb := q.len()
+	n, sb := q.depth()
 	return n == 0 && sb == 0
 }
 
@@ -159,6 +164,7 @@ func (q *queue) takeSpoolErr() error {
 func (q *queue) close() (lost int, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.closed = true
 	left := q.items[q.head:]
 	lost = len(left)
 	if q.spool != nil {

@@ -62,10 +62,40 @@ type Summary struct {
 	Errors             map[string]uint64      `json:"errors"`
 	Packets            uint64                 `json:"packets"`
 	Files              []FileInfo             `json:"files,omitempty"`
-	// Extra sections filled by other parts (joins, forecast).
+	// Log joins (present when access logs were given).
+	Joins       *JoinStats           `json:"joins,omitempty"`
+	ByHost      map[string]*ShareRow `json:"pq_share_by_host,omitempty"`
+	ByUserAgent map[string]*ShareRow `json:"pq_share_by_user_agent_family,omitempty"`
+	// ServerErrors are severe nginx error-log lines ([emerg], [alert], [crit]).
+	ServerErrors []string `json:"server_errors,omitempty"`
+	// Forecast is the migration forecast section (package forecast).
+	Forecast Section `json:"forecast,omitempty"`
+	// Extra sections filled by other parts, rendered in text only.
 	Extra map[string]any `json:"-"`
 
 	classical map[[4]string]int
+}
+
+// Section is a report part that renders itself as text too.
+type Section interface {
+	Text() string
+}
+
+// JoinStats summarises the access-log join.
+type JoinStats struct {
+	Joined              int            `json:"joined"`
+	UnmatchedHandshakes int            `json:"unmatched_handshakes"`
+	Ambiguous           int            `json:"ambiguous"`
+	CurveChecked        int            `json:"ssl_curve_checked"`
+	CurveMismatch       int            `json:"ssl_curve_mismatch"`
+	Malformed           map[string]int `json:"malformed_lines"`
+}
+
+// ShareRow is the PQ share of one host or user-agent family.
+type ShareRow struct {
+	Completed int     `json:"completed"`
+	PQ        int     `json:"pq"`
+	PQShare   float64 `json:"pq_share"`
 }
 
 // FileInfo describes one input file.
@@ -138,6 +168,17 @@ func (s *Summary) Add(r *record.Handshake) {
 	if r.ServerHelloBytes > 0 {
 		gs.shBytes = append(gs.shBytes, r.ServerHelloBytes)
 	}
+	if r.Log != nil {
+		if s.ByHost == nil {
+			s.ByHost, s.ByUserAgent = map[string]*ShareRow{}, map[string]*ShareRow{}
+		}
+		host := r.Log.Host
+		if host == "" {
+			host = "(none)"
+		}
+		addShare(s.ByHost, host, r.PQ)
+		addShare(s.ByUserAgent, UAFamily(r.Log.UserAgent), r.PQ)
+	}
 	if r.PQ {
 		s.PQ++
 	} else if r.PQOffered {
@@ -155,6 +196,11 @@ func (s *Summary) Finish() {
 		gs.MedianClientHelloBytes = median(gs.chBytes)
 		gs.MedianServerHelloBytes = median(gs.shBytes)
 	}
+	for _, m := range []map[string]*ShareRow{s.ByHost, s.ByUserAgent} {
+		for _, row := range m {
+			row.PQShare = float64(row.PQ) / float64(row.Completed)
+		}
+	}
 	s.ClassicalClients = s.ClassicalClients[:0]
 	for k, n := range s.classical {
 		s.ClassicalClients = append(s.ClassicalClients, ClassicalDespitePQ{JA4: k[0], SNI: k[1], Server: k[2], Group: k[3], Count: n})
@@ -165,6 +211,27 @@ func (s *Summary) Finish() {
 		}
 		return cmp.Compare(a.JA4+a.SNI+a.Server, b.JA4+b.SNI+b.Server)
 	})
+}
+
+// UAFamily classifies a user agent; set by the join package's classifier
+// (report imports nothing of it).
+var UAFamily = func(ua string) string { return "other" }
+
+func addShare(m map[string]*ShareRow, k string, pq bool) {
+	if len(m) >= 1000 {
+		if _, ok := m[k]; !ok {
+			k = "(other)"
+		}
+	}
+	row := m[k]
+	if row == nil {
+		row = &ShareRow{}
+		m[k] = row
+	}
+	row.Completed++
+	if pq {
+		row.PQ++
+	}
 }
 
 func median(v []int) int {
@@ -226,6 +293,28 @@ func (s *Summary) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  %-40s %d\n", k, s.Failures[k])
 		}
 	}
+	if j := s.Joins; j != nil {
+		b.WriteString("\naccess-log join\n")
+		fmt.Fprintf(&b, "  joined %d, unmatched handshakes %d, ambiguous %d\n", j.Joined, j.UnmatchedHandshakes, j.Ambiguous)
+		for _, src := range sortedKeys(s.LogLines) {
+			fmt.Fprintf(&b, "  %-6s lines %d, unmatched lines %d, malformed %d\n", src, s.LogLines[src], s.LogUnmatched[src], j.Malformed[src])
+		}
+		if j.CurveChecked > 0 {
+			fmt.Fprintf(&b, "  self-check: $ssl_curve vs wire group: %d checked, %d mismatches\n", j.CurveChecked, j.CurveMismatch)
+		}
+	}
+	writeShares(&b, "PQ share by Host", s.ByHost)
+	writeShares(&b, "PQ share by user-agent family", s.ByUserAgent)
+	if len(s.ServerErrors) > 0 {
+		b.WriteString("\nserver error log (emerg/alert/crit)\n")
+		for _, l := range s.ServerErrors {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
+	if s.Forecast != nil {
+		b.WriteString("\n")
+		b.WriteString(s.Forecast.Text())
+	}
 	for _, name := range sortedKeys(s.Extra) {
 		if t, ok := s.Extra[name].(interface{ Text() string }); ok {
 			b.WriteString("\n")
@@ -245,6 +334,23 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+func writeShares(b *strings.Builder, title string, m map[string]*ShareRow) {
+	if len(m) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\n%s\n", title)
+	keys := sortedKeys(m)
+	sort.SliceStable(keys, func(i, j int) bool { return m[keys[i]].Completed > m[keys[j]].Completed })
+	for i, k := range keys {
+		if i == 20 {
+			fmt.Fprintf(b, "  ... %d more\n", len(keys)-i)
+			break
+		}
+		r := m[k]
+		fmt.Fprintf(b, "  %-32s %6.1f%% of %d\n", k, 100*r.PQShare, r.Completed)
+	}
 }
 
 func kv(m map[string]int) string {

@@ -29,6 +29,12 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 			fillClientHello(r, &s.ch, 'q', s.scratch())
 		}
 	}
+	if len(c.HelloRetryRequest) >= 4 {
+		r.HRR = true
+		if err := s.sh.Parse(c.HelloRetryRequest); err == nil && s.sh.Group != 0 {
+			r.HRRGroup = s.sh.Group.String()
+		}
+	}
 	switch {
 	case len(c.ServerHello) >= 4:
 		r.Outcome = record.OutcomeOK
