@@ -239,3 +239,5 @@ func (ty *tally) check(t *testing.T) {
 		t.Logf("new disagreements as Go literals:\n%s", b.String())
 	}
 }
+
+func itoa(n int) string { return fmt.Sprint(n) }

@@ -393,7 +393,10 @@ func (k *Kafka) deliver() {
 			k.dropped.Add(uint64(n))
 			k.m.KafkaMessages(KafkaDropped, n)
 		}
-		batch = k.q.peek(batch[:0], k.cfg.BatchSize)
+		// A batch never exceeds what kafka-go sends as one produce batch per
+		// partition, so each partition's share succeeds or fails as a whole
+		// and a retry cannot reorder messages of one key.
+		batch = k.q.peek(batch[:0], k.cfg.BatchSize, k.cfg.BatchBytes/2)
 		if len(batch) == 0 {
 			select {
 			case <-k.q.notify:

@@ -98,12 +98,20 @@ func (q *queue) refill() {
 	}
 }
 
-// peek copies up to n of the oldest messages into dst.
-func (q *queue) peek(dst []qmsg, n int) []qmsg {
+// peek copies up to n of the oldest messages, of at most maxBytes together
+// (but at least one), into dst.
+func (q *queue) peek(dst []qmsg, n int, maxBytes int64) []qmsg {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.refill()
 	end := min(q.head+n, len(q.items))
+	var size int64
+	for i := q.head; i < end; i++ {
+		if size += q.items[i].size(); size > maxBytes && i > q.head {
+			end = i
+			break
+		}
+	}
 	return append(dst, q.items[q.head:end]...)
 }
 

@@ -256,6 +256,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "PQ share           %.1f%% (%d of %d completed negotiated a PQ/hybrid group)\n", 100*s.PQShare, s.PQ, s.Completed)
 	fmt.Fprintf(&b, "PQ offered         %d of %d handshakes\n", s.PQOffered, s.Handshakes)
 	fmt.Fprintf(&b, "HelloRetryRequest  %d\n", s.HRR)
+	if len(s.Versions) > 0 {
+		fmt.Fprintf(&b, "versions           %s\n", kv(s.Versions))
+	}
 	if len(s.LogLines) > 0 {
 		fmt.Fprintf(&b, "joined to logs     %d of %d\n", s.Joined, s.Handshakes)
 	}

@@ -47,7 +47,6 @@ func genPackets(tb testing.TB, n, bulk int) []pkt {
 	return out
 }
 
-
 // BenchmarkPacket feeds a realistic mix — handshakes and bulk transfer —
 // through the whole per-packet path.
 func BenchmarkPacket(b *testing.B) {

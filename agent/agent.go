@@ -1,0 +1,368 @@
+// Package agent is the live pqwatch daemon: AF_PACKET capture (package
+// capture) fanned out to one Sniffer per worker, records attributed to the
+// server generation that accepted them (package proctrack), joined with
+// tailed access logs (packages logparse and join), forecast (package
+// forecast), and delivered to the sinks (package exporter): Prometheus,
+// JSONL and Kafka.
+//
+// Shutdown order: capture stops, open flows are flushed as records, the
+// joiner flushes, the sinks drain with a deadline, the HTTP server last.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pqwatch/pqwatch/capture"
+	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/join"
+	"github.com/pqwatch/pqwatch/logparse"
+	"github.com/pqwatch/pqwatch/proctrack"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/sniffer"
+)
+
+// NginxLog is an nginx access log to tail and the format it is written in.
+type NginxLog struct {
+	Path   string
+	Format *logparse.Format
+}
+
+// Config is everything the agent needs. Zero values take defaults.
+type Config struct {
+	Ifaces  []string // names or "any"; nil = every interface that is up
+	Ports   []uint16 // narrow the capture (kernel BPF); nil = all
+	Workers int      // capture workers (fanout); 0 = one per CPU
+
+	Sniffer sniffer.Config // bounds for each worker's sniffer (OnRecord is set by the agent)
+
+	MetricsAddr string // "" = no HTTP server
+	// Listener, when set, is used instead of MetricsAddr (tests, demo).
+	Listener net.Listener
+
+	NginxLogs      []NginxLog
+	CaddyLogs      []string
+	NginxErrorLogs []string
+	StateDir       string // tail offsets; "" = start at the end of each log
+
+	JSONL io.Writer // nil = no JSONL stream
+	Kafka *exporter.KafkaConfig
+
+	TrackProcesses bool   // attribute handshakes to server generations
+	ProcRoot       string // /proc, or /host/proc in Kubernetes
+
+	Forecast *forecast.Policy // nil = forecast.DefaultPolicy
+
+	// OnRecord sees every finished record (after join and attribution).
+	OnRecord func(*record.Handshake)
+
+	Logger   *slog.Logger
+	Registry *prometheus.Registry // nil = a new one
+}
+
+// Agent is a running pqwatch daemon.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *exporter.Metrics
+	capt    *capture.Capture
+	workers []*worker
+	procs   *proctrack.Tracker
+	joiner  *join.Joiner
+	jsonl   *exporter.JSONL
+	kafka   *exporter.Kafka
+	policy  forecast.Policy
+	lines   logparse.LineCounters
+
+	recordsOut atomic.Uint64
+	panics     atomic.Uint64
+}
+
+// worker owns one Sniffer; mu serialises packets and the expiry ticker.
+type worker struct {
+	mu   sync.Mutex
+	sn   *sniffer.Sniffer
+	last sniffer.Stats
+}
+
+// New builds an agent; nothing runs until Run.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	if a.reg == nil {
+		a.reg = prometheus.NewRegistry()
+	}
+	a.policy = forecast.DefaultPolicy
+	if cfg.Forecast != nil {
+		a.policy = *cfg.Forecast
+	}
+	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...))
+	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: cfg.Workers, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.capt = capt
+	n := capt.Workers()
+	for range n {
+		w := &worker{}
+		sc := cfg.Sniffer
+		sc.Ports = nil // the kernel filter already narrowed
+		sc.OnRecord = a.handle
+		w.sn = sniffer.New(sc)
+		a.workers = append(a.workers, w)
+	}
+	if cfg.TrackProcesses {
+		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports})
+		if err != nil {
+			a.log.Warn("process tracking disabled", "err", err)
+		} else {
+			a.procs = pt
+			a.reg.MustRegister(pt.Collector())
+		}
+	}
+	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
+		a.joiner = join.New(join.Options{Emit: a.deliver})
+	}
+	if cfg.JSONL != nil {
+		a.jsonl = exporter.NewJSONL(cfg.JSONL)
+	}
+	if cfg.Kafka != nil {
+		kc := *cfg.Kafka
+		if kc.Metrics == nil {
+			kc.Metrics = a.metrics
+		}
+		if kc.Logger == nil {
+			kc.Logger = cfg.Logger
+		}
+		k, err := exporter.NewKafka(kc)
+		if err != nil {
+			return nil, fmt.Errorf("agent: kafka: %w", err)
+		}
+		a.kafka = k
+	}
+	a.reg.MustRegister(exporter.NewCaptureCollector(a.captureStats))
+	return a, nil
+}
+
+// Registry is the agent's metrics registry.
+func (a *Agent) Registry() *prometheus.Registry { return a.reg }
+
+// Processes is the process tracker, nil when tracking is off.
+func (a *Agent) Processes() *proctrack.Tracker { return a.procs }
+
+func parseReasons() []string {
+	r := append([]string(nil), sniffer.ErrorReasons()...)
+	return append(r, "quic_decrypt_failed", "quic_frame_error", "quic_unknown_version", "quic_malformed", "quic_crypto_overflow", "quic_evicted", "panic")
+}
+
+// handle runs on a capture worker for each record its sniffer finishes.
+func (a *Agent) handle(r *record.Handshake) {
+	if a.procs != nil && r.Transport == record.TransportTCP {
+		if g, ok := a.procs.Attribute(addrPort(r.Client), addrPort(r.Server)); ok {
+			gc := *g
+			r.Generation = &gc
+			a.procs.ObserveHandshake(g, r.Group)
+		}
+	}
+	a.metrics.ObserveForecast(forecast.Predict(a.policy, r).Kind.String())
+	if a.joiner != nil {
+		a.joiner.AddHandshake(r, time.Now())
+		return
+	}
+	a.deliver(r)
+}
+
+// deliver hands a finished record to every sink.
+func (a *Agent) deliver(r *record.Handshake) {
+	a.recordsOut.Add(1)
+	_ = a.metrics.Write(r)
+	if r.Log != nil {
+		a.metrics.LogJoin(exporter.JoinJoined)
+	}
+	if a.jsonl != nil {
+		if err := a.jsonl.Write(r); err != nil {
+			a.metrics.ParseError("panic")
+		}
+	}
+	if a.kafka != nil {
+		_ = a.kafka.Write(r) // failures are counted by the sink
+	}
+	if a.cfg.OnRecord != nil {
+		a.cfg.OnRecord(r)
+	}
+}
+
+// Run captures until ctx ends, then drains. It returns the capture's error,
+// if any, after the drain.
+func (a *Agent) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+
+	srv, err := a.startHTTP()
+	if err != nil {
+		return err
+	}
+	if a.procs != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = a.procs.Run(bg) }()
+	}
+	tailCtx, stopTails := context.WithCancel(context.Background())
+	var tails sync.WaitGroup
+	a.startTails(tailCtx, &tails)
+
+	// Expiry and stats: flows idle in quiet periods still time out.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-bg.Done():
+				return
+			case now := <-t.C:
+				for _, w := range a.workers {
+					w.mu.Lock()
+					w.sn.Expire(now)
+					st := w.sn.Stats()
+					w.mu.Unlock()
+					a.countErrors(w, st)
+				}
+				if a.joiner != nil {
+					a.joiner.Tick(now)
+				}
+			}
+		}
+	}()
+
+	a.log.Info("capture starting", "interfaces", a.cfg.Ifaces, "workers", len(a.workers))
+	capErr := a.capt.Run(ctx, a.packet)
+
+	// Drain: capture has stopped; flush flows, then logs, then sinks.
+	stopTails()
+	tails.Wait()
+	for _, w := range a.workers {
+		w.mu.Lock()
+		w.sn.Flush()
+		st := w.sn.Stats()
+		w.mu.Unlock()
+		a.countErrors(w, st)
+	}
+	if a.joiner != nil {
+		a.joiner.Flush()
+	}
+	if a.jsonl != nil {
+		if err := a.jsonl.Flush(); err != nil {
+			a.log.Error("jsonl flush", "err", err)
+		}
+	}
+	if a.kafka != nil {
+		kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := a.kafka.Close(kctx); err != nil {
+			a.log.Error("kafka close", "err", err)
+		}
+		cancel()
+	}
+	stopBG()
+	wg.Wait()
+	if a.procs != nil {
+		a.procs.Close()
+	}
+	if srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = srv.Shutdown(sctx)
+		cancel()
+	}
+	if capErr != nil && !errors.Is(capErr, context.Canceled) {
+		return fmt.Errorf("agent: capture: %w", capErr)
+	}
+	return nil
+}
+
+// packet is the capture callback, on worker i's goroutine.
+func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
+	w := a.workers[i]
+	w.mu.Lock()
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug must not take the agent down: count it, drop the
+			// packet, keep capturing.
+			a.panics.Add(1)
+			a.metrics.ParseError("panic")
+			a.log.Error("panic in packet path", "panic", p)
+		}
+		w.mu.Unlock()
+	}()
+	w.sn.Packet(ts, link, data)
+}
+
+// countErrors turns the growth of a worker's error counters into metrics.
+func (a *Agent) countErrors(w *worker, st sniffer.Stats) {
+	for reason, n := range st.Errors {
+		if d := n - w.last.Errors[reason]; d > 0 {
+			a.metrics.AddParseErrors(reason, d)
+		}
+	}
+	for reason, n := range st.QUIC {
+		switch reason {
+		case "decrypt_failed", "frame_error", "unknown_version", "malformed", "crypto_overflow", "evicted":
+			if d := n - w.last.QUIC[reason]; d > 0 {
+				a.metrics.AddParseErrors("quic_"+reason, d)
+			}
+		}
+	}
+	w.last = st
+}
+
+func (a *Agent) captureStats() exporter.CaptureStats {
+	cs := a.capt.Stats()
+	out := exporter.CaptureStats{Packets: cs.Packets, Drops: cs.Drops, Interfaces: map[string]exporter.IfaceStats{}}
+	for name, s := range cs.Interfaces {
+		out.Interfaces[name] = exporter.IfaceStats{Packets: s.Packets, Drops: s.Drops}
+	}
+	for _, w := range a.workers {
+		w.mu.Lock()
+		st := w.sn.Stats()
+		w.mu.Unlock()
+		out.FlowsEvicted += st.FlowsEvicted + st.FlowsExpired
+		out.FlowsActive += st.FlowsActive
+		out.QUICConnsActive += int(st.QUIC["conns"])
+	}
+	return out
+}
+
+func (a *Agent) startHTTP() (*http.Server, error) {
+	ln := a.cfg.Listener
+	if ln == nil {
+		if a.cfg.MetricsAddr == "" {
+			return nil, nil
+		}
+		var err error
+		if ln, err = net.Listen("tcp", a.cfg.MetricsAddr); err != nil {
+			return nil, fmt.Errorf("agent: metrics listener: %w", err)
+		}
+	}
+	srv := &http.Server{Handler: exporter.Handler(a.reg), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.log.Error("metrics server", "err", err)
+		}
+	}()
+	a.log.Info("serving metrics", "addr", ln.Addr().String())
+	return srv, nil
+}

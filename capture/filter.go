@@ -1,0 +1,203 @@
+package capture
+
+import (
+	"fmt"
+	"slices"
+
+	"golang.org/x/net/bpf"
+)
+
+// Link types handed to the packet handler: pcap LINKTYPE_ numbers, the same
+// values as package sniffer's LinkEthernet and LinkRaw.
+const (
+	LinkEthernet = 1   // Ethernet II (Ethernet devices, veths, and Linux loopback)
+	LinkRaw      = 101 // raw IPv4/IPv6, no link header (cooked sockets)
+)
+
+// MaxPorts is the largest port set a filter accepts: classic BPF jumps are
+// at most 255 instructions long, and every port costs two.
+const MaxPorts = 100
+
+const (
+	snapAll    = 0x40000 // accept: keep the whole packet (the ring truncates)
+	etherHdr   = 14
+	ipv6Hdr    = 40
+	protoTCP   = 6
+	protoUDP   = 17
+	ethIPv4    = 0x0800
+	ethIPv6    = 0x86dd
+	ethVLAN    = 0x8100
+	ethQinQ    = 0x88a8
+	ethQinQOld = 0x9100
+)
+
+// asm is a tiny classic-BPF assembler with forward labels.
+type asm struct {
+	ins    []bpf.Instruction
+	fixups []fixup
+	labels map[string]int
+}
+
+type fixup struct {
+	at          int
+	ifTrue, els string // label names; "" = next instruction
+	always      bool   // an unconditional ja (32-bit reach)
+}
+
+func (a *asm) op(i bpf.Instruction) { a.ins = append(a.ins, i) }
+
+// jump adds a conditional jump on A against val; the targets are labels at
+// most 255 instructions ahead.
+func (a *asm) jump(cond bpf.JumpTest, val uint32, ifTrue, ifFalse string) {
+	a.fixups = append(a.fixups, fixup{at: len(a.ins), ifTrue: ifTrue, els: ifFalse})
+	a.ins = append(a.ins, bpf.JumpIf{Cond: cond, Val: val})
+}
+
+// ja adds an unconditional jump to a label at any distance.
+func (a *asm) ja(to string) {
+	a.fixups = append(a.fixups, fixup{at: len(a.ins), ifTrue: to, always: true})
+	a.ins = append(a.ins, bpf.Jump{})
+}
+
+func (a *asm) label(name string) {
+	if a.labels == nil {
+		a.labels = map[string]int{}
+	}
+	a.labels[name] = len(a.ins)
+}
+
+func (a *asm) assemble() ([]bpf.RawInstruction, error) {
+	for _, f := range a.fixups {
+		dist := func(l string) (int, error) {
+			if l == "" {
+				return 0, nil
+			}
+			to, ok := a.labels[l]
+			if !ok {
+				return 0, fmt.Errorf("capture: filter: no label %q", l)
+			}
+			d := to - f.at - 1
+			if d < 0 || (!f.always && d > 255) {
+				return 0, fmt.Errorf("capture: filter: jump to %q out of reach (%d)", l, d)
+			}
+			return d, nil
+		}
+		t, err := dist(f.ifTrue)
+		if err != nil {
+			return nil, err
+		}
+		if f.always {
+			a.ins[f.at] = bpf.Jump{Skip: uint32(t)}
+			continue
+		}
+		e, err := dist(f.els)
+		if err != nil {
+			return nil, err
+		}
+		j := a.ins[f.at].(bpf.JumpIf)
+		j.SkipTrue, j.SkipFalse = uint8(t), uint8(e)
+		a.ins[f.at] = j
+	}
+	return bpf.Assemble(a.ins)
+}
+
+// portCheck loads the 16-bit port at off (relative to X when indexed) and
+// jumps to accept when it is in ports, falling through otherwise.
+func (a *asm) portCheck(off uint32, indexed bool, ports []uint16, accept string) {
+	if indexed {
+		a.op(bpf.LoadIndirect{Off: off, Size: 2})
+	} else {
+		a.op(bpf.LoadAbsolute{Off: off, Size: 2})
+	}
+	for _, p := range ports {
+		a.jump(bpf.JumpEqual, uint32(p), accept, "")
+	}
+}
+
+// Filter returns the classic BPF program that accepts TCP and UDP packets
+// with a source or destination port in ports, over IPv4 (any header length)
+// and IPv6 (TCP/UDP directly after the fixed header; extension headers are
+// not followed), for frames of the given link type: LinkEthernet (data
+// starts at the Ethernet header) or LinkRaw (data starts at the IP header,
+// as on a SOCK_DGRAM packet socket). IPv4 fragments after the first carry
+// no ports and are accepted, as are VLAN-tagged Ethernet frames (the filter
+// does not look inside them). With no ports it returns nil (capture
+// everything) for Ethernet, and an IPv4/IPv6-only program for LinkRaw.
+func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
+	ports = slices.Clone(ports)
+	slices.Sort(ports)
+	ports = slices.Compact(ports)
+	if len(ports) > MaxPorts {
+		return nil, fmt.Errorf("capture: filter: %d ports, at most %d", len(ports), MaxPorts)
+	}
+	var l3 uint32 // offset of the IP header
+	a := &asm{}
+	switch linkType {
+	case LinkEthernet:
+		if len(ports) == 0 {
+			return nil, nil
+		}
+		l3 = etherHdr
+		a.op(bpf.LoadAbsolute{Off: 12, Size: 2})
+		a.jump(bpf.JumpEqual, ethIPv6, "", "noip6")
+		a.ja("ip6")
+		a.label("noip6")
+		a.jump(bpf.JumpEqual, ethIPv4, "ip4", "")
+		a.jump(bpf.JumpEqual, ethVLAN, "accept", "")
+		a.jump(bpf.JumpEqual, ethQinQ, "accept", "")
+		a.jump(bpf.JumpEqual, ethQinQOld, "accept", "reject")
+	case LinkRaw:
+		a.op(bpf.LoadAbsolute{Off: 0, Size: 1})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf0})
+		if len(ports) == 0 {
+			a.jump(bpf.JumpEqual, 0x40, "accept", "")
+			a.jump(bpf.JumpEqual, 0x60, "accept", "reject")
+			break
+		}
+		a.jump(bpf.JumpEqual, 0x60, "", "noip6")
+		a.ja("ip6")
+		a.label("noip6")
+		a.jump(bpf.JumpEqual, 0x40, "ip4", "reject")
+	default:
+		return nil, fmt.Errorf("capture: filter: unsupported link type %d", linkType)
+	}
+	a.label("reject")
+	a.op(bpf.RetConstant{Val: 0})
+	a.label("accept")
+	a.op(bpf.RetConstant{Val: snapAll})
+	if len(ports) == 0 {
+		return a.assemble()
+	}
+
+	a.label("ip4")
+	a.op(bpf.LoadAbsolute{Off: l3 + 9, Size: 1}) // protocol
+	a.jump(bpf.JumpEqual, protoTCP, "ip4ports", "")
+	a.jump(bpf.JumpEqual, protoUDP, "ip4ports", "reject4")
+	a.label("ip4ports")
+	a.op(bpf.LoadAbsolute{Off: l3 + 6, Size: 2}) // flags + fragment offset
+	a.jump(bpf.JumpBitsSet, 0x1fff, "accept4", "")
+	a.op(bpf.LoadMemShift{Off: l3}) // X = IHL*4
+	a.portCheck(l3, true, ports, "accept4")
+	a.portCheck(l3+2, true, ports, "accept4")
+	a.label("reject4")
+	a.op(bpf.RetConstant{Val: 0})
+	a.label("accept4")
+	a.op(bpf.RetConstant{Val: snapAll})
+
+	a.label("ip6")
+	a.op(bpf.LoadAbsolute{Off: l3 + 6, Size: 1}) // next header
+	a.jump(bpf.JumpEqual, protoTCP, "ip6ports", "")
+	a.jump(bpf.JumpEqual, protoUDP, "ip6ports", "reject6")
+	a.label("ip6ports")
+	a.portCheck(l3+ipv6Hdr, false, ports, "accept6")
+	a.portCheck(l3+ipv6Hdr+2, false, ports, "accept6")
+	a.label("reject6")
+	a.op(bpf.RetConstant{Val: 0})
+	a.label("accept6")
+	a.op(bpf.RetConstant{Val: snapAll})
+	return a.assemble()
+}
+
+// rejectAll drops every packet; a socket carries it until its fanout group
+// is complete, so no packet is seen twice while rings are set up.
+var rejectAll = []bpf.RawInstruction{{Op: 0x6, K: 0}} // ret #0

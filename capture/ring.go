@@ -1,0 +1,211 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"runtime"
+	"sync"
+
+	"github.com/gopacket/gopacket/afpacket"
+	"github.com/vishvananda/netns"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// ring is one AF_PACKET TPACKET_V3 socket: the member of its interface's
+// fanout group that belongs to one worker. Only that worker reads and closes
+// it; Stats may read its counters from any goroutine, hence mu.
+type ring struct {
+	tp       *afpacket.TPacket
+	fd       int
+	linkType int
+
+	mu     sync.Mutex
+	closed bool
+	final  IfaceStats // counters at close
+}
+
+// stats returns the ring's cumulative kernel counters.
+func (r *ring) stats() IfaceStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return r.final
+	}
+	_, s3, err := r.tp.SocketStats()
+	if err != nil {
+		return r.final
+	}
+	r.final = IfaceStats{Packets: uint64(s3.Packets()), Drops: uint64(s3.Drops())}
+	return r.final
+}
+
+// close reads the last counters and releases the socket and its mapping.
+// Only the goroutine that reads the ring may call it.
+func (r *ring) close() {
+	r.stats()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		r.tp.Close()
+	}
+}
+
+// group is the set of rings of one interface, one per worker, joined in one
+// PACKET_FANOUT group so the kernel hashes each flow to one of them.
+type group struct {
+	ifindex  int // 0 = every interface ("any")
+	name     string
+	linkType int
+	rings    []*ring
+	removed  bool // rings are being closed; still counted in the totals
+}
+
+func (g *group) stats() IfaceStats {
+	var s IfaceStats
+	for _, r := range g.rings {
+		rs := r.stats()
+		s.Packets += rs.Packets
+		s.Drops += rs.Drops
+	}
+	return s
+}
+
+func (g *group) closeAll() {
+	for _, r := range g.rings {
+		r.close()
+	}
+}
+
+// tpacketFD digs the socket out of afpacket.TPacket, which keeps it
+// unexported: workers poll all their rings at once, and rings are bound
+// after their filter is in place. Checked by TestTPacketFD.
+func tpacketFD(tp *afpacket.TPacket) (int, error) {
+	f := reflect.ValueOf(tp).Elem().FieldByName("fd")
+	if !f.IsValid() || f.Kind() != reflect.Int {
+		return -1, errors.New("capture: afpacket.TPacket has no int fd field (gopacket changed?)")
+	}
+	return int(f.Int()), nil
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// ringOpts are the parts of Config a ring needs.
+type ringOpts struct {
+	frameSize, blockSize, numBlocks int
+	ports                           []uint16
+}
+
+// openGroup opens n rings on ifindex (0 = all interfaces) inside network
+// namespace ns, attaches the port filter and joins them in a fresh fanout
+// group. Ethernet-framed devices (and loopback) get SOCK_RAW sockets and
+// LinkEthernet; everything else, and "any", gets SOCK_DGRAM (data starts at
+// the IP header) and LinkRaw.
+//
+// Sockets are created with protocol 0, so they receive nothing until they
+// are bound; each is bound only after a reject-all filter is attached, joins
+// the fanout group, and gets the real filter once every member has joined.
+// So no packet lands in a ring unfiltered or outside the fanout (which would
+// show it to two workers); packets that arrive during the setup window
+// may be missed, never duplicated.
+func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, n int, o ringOpts) (*group, error) {
+	g := &group{ifindex: ifindex, name: name, linkType: LinkRaw}
+	sockType := afpacket.SocketDgram
+	if ether {
+		g.linkType = LinkEthernet
+		sockType = afpacket.SocketRaw
+	}
+	filter, err := Filter(g.linkType, o.ports)
+	if err != nil {
+		return nil, err
+	}
+	err = inNS(ns, func() error {
+		for range n {
+			tp, err := afpacket.NewTPacket(
+				afpacket.OptInterface(""), // bound below, by index
+				afpacket.OptProtocol(0),   // not hooked until then
+				afpacket.OptSocketType(sockType),
+				afpacket.OptFrameSize(o.frameSize),
+				afpacket.OptBlockSize(o.blockSize),
+				afpacket.OptNumBlocks(o.numBlocks),
+				afpacket.OptPollTimeout(0), // reads never block; workers poll
+				afpacket.OptTPacketVersion(afpacket.TPacketVersion3),
+			)
+			if err != nil {
+				return fmt.Errorf("capture: %s: ring: %w", name, err)
+			}
+			fd, err := tpacketFD(tp)
+			if err != nil {
+				tp.Close()
+				return err
+			}
+			g.rings = append(g.rings, &ring{tp: tp, fd: fd, linkType: g.linkType})
+		}
+		return nil
+	})
+	if err == nil {
+		err = g.join(ifindex, filter)
+	}
+	if err != nil {
+		g.closeAll()
+		return nil, err
+	}
+	return g, nil
+}
+
+// join binds every ring, joins them in one fanout group and then attaches
+// the real filter.
+func (g *group) join(ifindex int, filter []bpf.RawInstruction) error {
+	var lastErr error
+	for range 16 { // a few ids in case one is held by another process
+		id := uint16(rand.Uint32())
+		lastErr = nil
+		for i, r := range g.rings {
+			if err := r.tp.SetBPF(rejectAll); err != nil {
+				return fmt.Errorf("capture: %s: attach filter: %w", g.name, err)
+			}
+			sa := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: ifindex}
+			if err := unix.Bind(r.fd, sa); err != nil {
+				return fmt.Errorf("capture: %s: bind: %w", g.name, err)
+			}
+			if err := r.tp.SetFanout(afpacket.FanoutHashWithDefrag, id); err != nil {
+				lastErr = fmt.Errorf("capture: %s: fanout %d: %w", g.name, id, err)
+				if i > 0 {
+					// Members already joined cannot leave; start over.
+					return lastErr
+				}
+				break
+			}
+		}
+		if lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		return lastErr
+	}
+	for _, r := range g.rings {
+		if err := r.tp.SetBPF(filter); err != nil {
+			return fmt.Errorf("capture: %s: attach filter: %w", g.name, err)
+		}
+	}
+	return nil
+}
+
+// inNS runs fn on an OS thread switched into ns. The thread stays locked and
+// exits with the goroutine, so its namespace never leaks.
+func inNS(ns netns.NsHandle, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("capture: enter network namespace: %w", err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pqwatch/pqwatch/report"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runMain(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	for name, args := range map[string][]string{
+		"no command":     {},
+		"unknown":        {"frobnicate"},
+		"no files":       {"analyze"},
+		"bad format":     {"analyze", "-format", "xml", "x.pcap"},
+		"bad flag":       {"analyze", "-nope", "x.pcap"},
+		"bad ports":      {"analyze", "-ports", "99999", "x.pcap"},
+		"loadgen no arm": {"loadgen", "-bogus"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if code, _, _ := run(t, args...); code != exitUsage {
+				t.Errorf("exit %d, want %d", code, exitUsage)
+			}
+		})
+	}
+}
+
+// TestAnalyzeTestdata: the shipped capture (real crypto/tls handshakes,
+// written by internal/gencap) gives the golden text report and a JSON
+// summary that agrees with the JSONL records.
+func TestAnalyzeTestdata(t *testing.T) {
+	capture := filepath.Join("..", "..", "testdata", "handshakes.pcap")
+	code, text, stderr := run(t, "analyze", capture)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	golden := filepath.Join("testdata", "handshakes.txt")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		os.WriteFile(golden, []byte(text), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text != string(want) {
+		t.Errorf("text report differs from %s (run with -update):\n%s", golden, text)
+	}
+	_, js, _ := run(t, "analyze", "-format", "json", capture)
+	var sum report.Summary
+	if err := json.Unmarshal([]byte(js), &sum); err != nil {
+		t.Fatal(err)
+	}
+	_, jl, _ := run(t, "analyze", "-format", "jsonl", capture)
+	lines := strings.Split(strings.TrimSpace(jl), "\n")
+	if len(lines) != sum.Handshakes || sum.Handshakes != 20 {
+		t.Errorf("%d JSONL records, summary says %d handshakes, want 20", len(lines), sum.Handshakes)
+	}
+	pq := 0
+	for _, l := range lines {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("bad JSONL line %q: %v", l, err)
+		}
+		if r["pq"] == true {
+			pq++
+		}
+		for _, k := range []string{"ts", "transport", "client", "server", "outcome", "ja4", "client_hello_bytes"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("record lacks %q: %s", k, l)
+			}
+		}
+	}
+	if pq != sum.PQ || sum.PQ == 0 {
+		t.Errorf("records say %d PQ, summary %d", pq, sum.PQ)
+	}
+	if sum.HRR == 0 || sum.Failures["alert:handshake_failure"] == 0 {
+		t.Errorf("the demo mix should show HRRs and a handshake_failure: %+v", sum)
+	}
+}
+
+// TestAnalyzeBadInput: damaged captures are read up to the damage and
+// counted; garbage files are a clean error; never a panic.
+func TestAnalyzeBadInput(t *testing.T) {
+	dir := t.TempDir()
+	good, err := os.ReadFile(filepath.Join("..", "..", "testdata", "handshakes.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	trunc := filepath.Join(dir, "trunc.pcap")
+	os.WriteFile(trunc, good[:len(good)*2/3], 0o644)
+	garbage := filepath.Join(dir, "garbage.pcap")
+	os.WriteFile(garbage, bytes.Repeat([]byte("not a capture "), 100), 0o644)
+	corrupt := filepath.Join(dir, "corrupt.pcap")
+	c := append([]byte(nil), good...)
+	// Break the 5th record header's length fields.
+	copy(c[24+16+len(good)/100:], []byte{0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff, 0x7f})
+	os.WriteFile(corrupt, c, 0o644)
+
+	code, js, stderr := run(t, "analyze", "-format", "json", trunc)
+	if code != 0 {
+		t.Fatalf("truncated: exit %d: %s", code, stderr)
+	}
+	var sum report.Summary
+	json.Unmarshal([]byte(js), &sum)
+	if sum.Errors["truncated_file"] != 1 || sum.Handshakes == 0 {
+		t.Errorf("truncated capture: errors %v, %d handshakes", sum.Errors, sum.Handshakes)
+	}
+	if code, _, stderr := run(t, "analyze", garbage); code != exitFailure || !strings.Contains(stderr, "not a pcap") {
+		t.Errorf("garbage: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, _ := run(t, "analyze", corrupt); code != 0 {
+		t.Errorf("corrupt: exit %d", code)
+	}
+	if code, _, _ := run(t, "analyze", filepath.Join(dir, "missing.pcap")); code != exitFailure {
+		t.Errorf("missing file: exit %d", code)
+	}
+	// A good file next to a bad one is still analyzed.
+	code, js, _ = run(t, "analyze", "-format", "json", garbage, filepath.Join("..", "..", "testdata", "handshakes.pcap"))
+	json.Unmarshal([]byte(js), &sum)
+	if code != 0 || sum.Handshakes != 20 {
+		t.Errorf("good file after a bad one: exit %d, %d handshakes", code, sum.Handshakes)
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/sniffer"
+)
+
+// runFlags are `pqwatch run`'s flags beyond the common ones.
+type runFlags struct {
+	commonFlags
+	ifaces      string
+	metricsAddr string
+	brokers     string
+	topic       string
+	rollupTopic string
+	kafkaKey    string
+	workers     int
+	stateDir    string
+	procRoot    string
+	noProcs     bool
+	forecast    string
+	logLevel    string
+}
+
+func (rf *runFlags) register(fs *flag.FlagSet) {
+	rf.commonFlags.register(fs)
+	fs.StringVar(&rf.ifaces, "iface", "", "interfaces to capture: comma-separated `names` or any (default: every interface that is up, following link changes)")
+	fs.StringVar(&rf.metricsAddr, "metrics-addr", ":9810", "`address` for /metrics and /healthz (empty: none)")
+	fs.StringVar(&rf.brokers, "kafka-brokers", "", "Kafka `host:port,...` for the per-handshake feed (empty: no Kafka)")
+	fs.StringVar(&rf.topic, "kafka-topic", "pqwatch.handshakes", "Kafka `topic` for handshake records")
+	fs.StringVar(&rf.rollupTopic, "kafka-rollup-topic", "", "optional Kafka `topic` for per-minute rollups")
+	fs.StringVar(&rf.kafkaKey, "kafka-key", "server", "Kafka message key: server, sni, client_network or none")
+	fs.IntVar(&rf.workers, "workers", 0, "capture workers (0: one per CPU)")
+	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
+	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
+	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
+	fs.StringVar(&rf.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast (default: OpenSSL 3.5 / Caddy policy)")
+	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func newLogger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// agentConfig turns run flags into an agent.Config.
+func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Config, func() error, error) {
+	cfg := agent.Config{
+		MetricsAddr: rf.metricsAddr, Workers: rf.workers, StateDir: rf.stateDir,
+		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
+		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows},
+	}
+	if rf.nginxErrorLog != "" {
+		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
+	}
+	closeOut := func() error { return nil }
+	if rf.ifaces != "" {
+		for _, s := range strings.Split(rf.ifaces, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				cfg.Ifaces = append(cfg.Ifaces, s)
+			}
+		}
+	}
+	ports, err := parsePorts(rf.ports)
+	if err != nil {
+		return cfg, nil, err
+	}
+	cfg.Ports = ports
+	formatFor, err := nginxFormats(&rf.commonFlags)
+	if err != nil {
+		return cfg, nil, err
+	}
+	for _, p := range rf.nginxLogs {
+		cfg.NginxLogs = append(cfg.NginxLogs, agent.NginxLog{Path: p, Format: formatFor(p)})
+	}
+	if rf.forecast != "" {
+		p, err := forecast.ParsePolicy(rf.forecast)
+		if err != nil {
+			return cfg, nil, fmt.Errorf("-forecast-groups: %w", err)
+		}
+		cfg.Forecast = &p
+	}
+	if rf.brokers != "" {
+		cfg.Kafka = &exporter.KafkaConfig{
+			Brokers: strings.Split(rf.brokers, ","), Topic: rf.topic, RollupTopic: rf.rollupTopic,
+			Key: exporter.KafkaKey(rf.kafkaKey),
+		}
+	}
+	if rf.format == "jsonl" {
+		out, c, err := openOut(rf.out, stdout)
+		if err != nil {
+			return cfg, nil, err
+		}
+		cfg.JSONL, closeOut = out, c
+	}
+	return cfg, closeOut, nil
+}
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var rf runFlags
+	rf.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: pqwatch run [flags]\n\nLive agent: capture TLS/QUIC handshakes, serve /metrics, stream records.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pqwatch run: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	if err := rf.validate(); err != nil {
+		fmt.Fprintln(stderr, "pqwatch run:", err)
+		return exitUsage
+	}
+	if rf.format == "json" {
+		fmt.Fprintln(stderr, "pqwatch run: -format json is a summary; the agent streams -format jsonl or exports metrics")
+		return exitUsage
+	}
+	logger, err := newLogger(rf.logLevel, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch run:", err)
+		return exitUsage
+	}
+	cfg, closeOut, err := rf.agentConfig(stdout, logger)
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch run:", err)
+		return exitUsage
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch run:", err)
+		return exitFailure
+	}
+	start := time.Now()
+	err = a.Run(ctx)
+	if cerr := closeOut(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch run:", err)
+		return exitFailure
+	}
+	logger.Info("stopped", "uptime", time.Since(start).Round(time.Second).String())
+	_ = os.Stdout.Sync()
+	return exitOK
+}

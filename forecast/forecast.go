@@ -1,0 +1,627 @@
+// Package forecast answers "what would turning on hybrid key exchange do to
+// this traffic?" from ClientHellos a server has already seen: for a chosen
+// server policy (its group preference order and selection rule) it predicts,
+// per handshake, the group that server would negotiate, whether that costs a
+// HelloRetryRequest, and how many bytes the ServerHello would grow.
+//
+// # Which clients are TLS 1.3 clients
+//
+// A record does not carry the client's supported_versions list, but its JA4
+// does: the two digits after the transport letter are the highest version
+// the client offered. A client whose JA4 says 12 or lower (or, without a
+// JA4, whose ClientHello carried no key share; key_share exists only in TLS
+// 1.3 ClientHellos) is a TLS 1.2-only client and stays classical whatever
+// the server does ("TLS 1.2 only"). For it the server picks the first group
+// in the client's supported_groups that the policy lists and that works in
+// TLS 1.2 (hybrid and ML-KEM groups are TLS 1.3-only): Go's
+// ecdheKeyAgreement and OpenSSL without server preference both take the
+// client's order.
+//
+// # The TLS 1.3 selection rules
+//
+// RFC 8446 lets the server choose any group both sides support; choosing one
+// the client sent no key share for costs a HelloRetryRequest (HRR) and one
+// extra round trip. Servers differ in how they trade preference against
+// that round trip, so a [Policy] names its rule ([Mode]). In every mode only
+// groups that are in both the policy and the client's supported_groups are
+// candidates; with none the handshake fails ("no mutual group").
+//
+//   - [ModeGo]: Go crypto/tls 1.24 and later, and so Caddy
+//     (crypto/tls/handshake_server_tls13.go). Among the candidates in server
+//     order: a PQ group first, and among PQ groups one the client sent a key
+//     share for; if the client lists a mutual PQ group but sent no share for
+//     it, the server asks for it with an HRR. Without a mutual PQ group: the
+//     first candidate with a key share, else the first candidate via HRR.
+//     (Go orders by its own fixed preference list, filtered by
+//     Config.CurvePreferences; [GoPolicy] is Go 1.26's default list.)
+//   - [ModeTuples]: OpenSSL 3.5 and later (SSL_CTX_set1_groups_list with
+//     "/" tuples). The server walks its tuples in order and stops at the
+//     first tuple holding a candidate. Inside that tuple a group the client
+//     sent a key share for wins (existing key shares trump preference order
+//     inside a tuple; among several, server order); if the client sent none
+//     for that tuple, an HRR asks for the tuple's first candidate, even when
+//     the client sent a share for a group of a later tuple. Without tuples
+//     (no "/") every group is its own tuple: strict server preference.
+//     [DefaultPolicy] is OpenSSL 3.5's built-in default.
+//   - [ModeClientShare]: OpenSSL 3.0 to 3.4 (Debian bookworm's nginx): the
+//     first client key share, in the client's order, for a candidate group
+//     is taken; without one, an HRR asks for the first candidate in the
+//     client's supported_groups order (nginx's default
+//     ssl_prefer_server_ciphers off). This is the rule of most classical
+//     servers in production today, so a forecast can be checked against the
+//     capture it was made from.
+//
+// Go and OpenSSL 3.5 defaults agree for every client that either offers
+// X25519MLKEM768 (both pick it, with an HRR when no share was sent) or sends
+// its share for x25519 or secp256r1; they differ for a client whose only
+// share is for a group of a later OpenSSL tuple (secp384r1, x448, ffdhe*)
+// while it also lists x25519 or secp256r1 (OpenSSL: HRR; Go: takes the
+// share), or that offers only groups Go does not implement.
+//
+// # The byte model
+//
+// Only the ServerHello changes with the group: its key_share entry carries
+// the server's share (x25519 32 bytes, secp256r1 65, X25519MLKEM768 1120,
+// ... see [ServerShareSize]). ClientHellos are what they already are. The
+// predicted ServerHello size is the observed ServerHello size minus the
+// observed group's share plus the predicted group's share, when the
+// observed handshake was TLS 1.3 with a known group. When the observed
+// handshake was TLS 1.2 (the ServerHello then carries no key share) or had
+// no ServerHello, a TLS 1.3 ServerHello is built from its parts: 4 header +
+// 2 version + 32 random + 1+32 session id (clients send a 32-byte legacy
+// session id for middlebox compatibility) + 2 suite + 1 compression + 2
+// extensions length + 6 supported_versions + 8 key_share header + share.
+// TLS 1.2-only clients keep their ServerHello (growth 0; the key exchange
+// lives in ServerKeyExchange, which records do not measure).
+//
+// An HRR (predicted where the observed handshake had none) adds, as an
+// estimate, the HelloRetryRequest itself (the ServerHello's size with the
+// key_share entry reduced to the 2-byte selected group, 88 bytes with a
+// 32-byte session id) and a second ClientHello (the first one with its key
+// shares replaced by one share for the requested group).
+package forecast
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// ErrPolicy is wrapped by every ParsePolicy error.
+var ErrPolicy = errors.New("forecast: bad policy")
+
+// Mode is a server's TLS 1.3 group selection rule (see the package doc).
+type Mode uint8
+
+// Modes.
+const (
+	ModeGo          Mode = iota // Go crypto/tls 1.24+, Caddy: PQ first, then key share, then server order
+	ModeTuples                  // OpenSSL 3.5+: first tuple with a mutual group; key share wins inside it
+	ModeClientShare             // OpenSSL 3.0-3.4: first acceptable client key share, else HRR in client order
+)
+
+var modeNames = [...]string{ModeGo: "go", ModeTuples: "openssl3.5", ModeClientShare: "openssl3.0"}
+
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return "mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// ParseMode accepts "go" (also "caddy"), "openssl3.5" (also "tuples",
+// "openssl") and "openssl3.0" (also "client-share").
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "go", "caddy", "crypto/tls":
+		return ModeGo, nil
+	case "openssl3.5", "openssl", "tuples":
+		return ModeTuples, nil
+	case "openssl3.0", "client-share", "clientshare":
+		return ModeClientShare, nil
+	}
+	return 0, fmt.Errorf("%w: unknown mode %q (want go, openssl3.5 or openssl3.0)", ErrPolicy, s)
+}
+
+// Policy is a server's key exchange configuration.
+type Policy struct {
+	// Groups in server preference order.
+	Groups []uint16
+	// Tuple gives, per entry of Groups, its tuple number (ModeTuples);
+	// nil means every group is its own tuple.
+	Tuple []uint8
+	Mode  Mode
+}
+
+// DefaultPolicy is OpenSSL 3.5's built-in default, "?*X25519MLKEM768 /
+// ?*X25519:?secp256r1 / ?X448:?secp384r1:?secp521r1 / ?ffdhe2048:?ffdhe3072".
+var DefaultPolicy = Policy{
+	Groups: []uint16{0x11ec, 0x001d, 0x0017, 0x001e, 0x0018, 0x0019, 0x0100, 0x0101},
+	Tuple:  []uint8{0, 1, 1, 2, 2, 2, 3, 3},
+	Mode:   ModeTuples,
+}
+
+// GoPolicy is Go 1.26 crypto/tls's default (and so Caddy's unless
+// configured): X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, x25519,
+// secp256r1, secp384r1, secp521r1.
+var GoPolicy = Policy{
+	Groups: []uint16{0x11ec, 0x11eb, 0x11ed, 0x001d, 0x0017, 0x0018, 0x0019},
+	Mode:   ModeGo,
+}
+
+// ParsePolicy reads a server preference list: group names separated by ","
+// or ":" (IANA names, OpenSSL aliases such as X25519, P-256, prime256v1, or
+// 0x hex codepoints), case-insensitive. "/" separates OpenSSL 3.5 tuples and
+// makes the policy ModeTuples; otherwise it is ModeGo. OpenSSL's "*" and "?"
+// prefixes are accepted and ignored. An optional "mode=" prefix ("go=",
+// "openssl3.5=", "openssl3.0=") picks the mode explicitly.
+func ParsePolicy(s string) (Policy, error) {
+	var p Policy
+	mode, explicit := ModeGo, false
+	if i := strings.IndexByte(s, '='); i >= 0 {
+		m, err := ParseMode(s[:i])
+		if err != nil {
+			return Policy{}, err
+		}
+		mode, explicit, s = m, true, s[i+1:]
+	}
+	tuples := strings.Contains(s, "/")
+	tuple := uint8(0)
+	for ti, part := range strings.Split(s, "/") {
+		if ti > 255 {
+			return Policy{}, fmt.Errorf("%w: too many tuples", ErrPolicy)
+		}
+		tuple = uint8(ti)
+		for name := range strings.FieldsFuncSeq(part, func(r rune) bool { return r == ',' || r == ':' || r == ' ' }) {
+			name = strings.TrimLeft(name, "*?")
+			g, ok := GroupByName(name)
+			if !ok {
+				return Policy{}, fmt.Errorf("%w: unknown group %q", ErrPolicy, name)
+			}
+			if tlsparse.IsGREASE(g) {
+				return Policy{}, fmt.Errorf("%w: GREASE value %q is not a group", ErrPolicy, name)
+			}
+			if p.index(g) >= 0 {
+				continue
+			}
+			p.Groups = append(p.Groups, g)
+			p.Tuple = append(p.Tuple, tuple)
+		}
+	}
+	if len(p.Groups) == 0 {
+		return Policy{}, fmt.Errorf("%w: no groups", ErrPolicy)
+	}
+	if !tuples {
+		p.Tuple = nil
+	}
+	switch {
+	case explicit:
+		p.Mode = mode
+	case tuples:
+		p.Mode = ModeTuples
+	}
+	return p, nil
+}
+
+// String renders the policy the way ParsePolicy reads it.
+func (p Policy) String() string {
+	var b strings.Builder
+	b.WriteString(p.Mode.String())
+	b.WriteByte('=')
+	for i, g := range p.Groups {
+		if i > 0 {
+			if p.Tuple != nil && p.Tuple[i] != p.Tuple[i-1] {
+				b.WriteString(" / ")
+			} else {
+				b.WriteByte(',')
+			}
+		}
+		b.WriteString(tlsparse.Group(g).String())
+	}
+	return b.String()
+}
+
+func (p *Policy) index(g uint16) int {
+	for i, x := range p.Groups {
+		if x == g {
+			return i
+		}
+	}
+	return -1
+}
+
+func (p *Policy) tuple(i int) int {
+	if p.Tuple == nil || i >= len(p.Tuple) {
+		return i
+	}
+	return int(p.Tuple[i])
+}
+
+// aliases are OpenSSL and NIST spellings of IANA group names, lower-case.
+var aliases = map[string]uint16{
+	"p-256": 0x0017, "prime256v1": 0x0017, "p256": 0x0017,
+	"p-384": 0x0018, "p384": 0x0018,
+	"p-521": 0x0019, "p521": 0x0019,
+	"x25519mlkem768": 0x11ec, "secp256r1mlkem768": 0x11eb, "secp384r1mlkem1024": 0x11ed,
+	"curvesm2mlkem768": 0x11ee, "mlkem512": 0x0200, "mlkem768": 0x0201, "mlkem1024": 0x0202,
+	"x25519kyber768draft00": 0x6399, "x25519kyber768": 0x6399,
+	"secp256r1kyber768draft00": 0x639a, "p256kyber768draft00": 0x639a,
+}
+
+// byName maps every registered IANA name (lower-case) to its codepoint.
+var byName = func() map[string]uint16 {
+	m := make(map[string]uint16)
+	for v := range 1 << 16 {
+		g := tlsparse.Group(v)
+		if s := g.String(); !strings.HasPrefix(s, "0x") {
+			m[strings.ToLower(s)] = uint16(v)
+		}
+	}
+	for k, v := range aliases {
+		m[k] = v
+	}
+	return m
+}()
+
+// GroupByName resolves an IANA group name, an OpenSSL/NIST alias or a 0x
+// hex codepoint, case-insensitively.
+func GroupByName(name string) (uint16, bool) {
+	name = strings.TrimSpace(name)
+	if len(name) > 2 && (name[:2] == "0x" || name[:2] == "0X") {
+		v, err := strconv.ParseUint(name[2:], 16, 16)
+		return uint16(v), err == nil
+	}
+	g, ok := byName[strings.ToLower(name)]
+	return g, ok
+}
+
+// Kind is a predicted outcome.
+type Kind uint8
+
+// Kinds. PQ, HRR and Classical are the metric label values.
+const (
+	Unknown   Kind = iota // the record has no ClientHello to predict from
+	PQ                    // a PQ or hybrid group, no extra round trip
+	HRR                   // a HelloRetryRequest (one extra round trip); Group may be PQ or not
+	Classical             // a classical group (or TLS 1.2)
+	Fail                  // no group in common: the handshake would fail
+)
+
+var kindNames = [...]string{Unknown: "unknown", PQ: "pq", HRR: "hrr", Classical: "classical", Fail: "fail"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Kinds lists every Kind, a bounded metric label set.
+var Kinds = []Kind{PQ, HRR, Classical, Fail, Unknown}
+
+// Reasons, a bounded set.
+const (
+	ReasonPQShare        = "client sent a PQ key share"
+	ReasonPQNoShare      = "client lists a PQ group but sent no share for it"
+	ReasonNoShare        = "client sent no key share the server would take"
+	ReasonNoPQOffered    = "client offers no PQ group"
+	ReasonNoMutualPQ     = "client's PQ groups are not in the policy"
+	ReasonPolicyClassic  = "policy prefers a classical group"
+	ReasonTLS12          = "TLS 1.2 only"
+	ReasonNoMutualGroup  = "no mutual group"
+	ReasonNoClientHello  = "no ClientHello"
+	ReasonClassicalShare = "client sent a share for a classical group" // ModeClientShare: its first acceptable share is classical
+)
+
+// Outcome is one handshake's prediction.
+type Outcome struct {
+	Kind Kind
+	// Group is the group the server would finally negotiate (after the HRR
+	// when Kind is HRR); 0 for Fail, Unknown and non-ECDHE TLS 1.2.
+	Group  uint16
+	Reason string
+	// ServerHelloBytes is the predicted final ServerHello, header
+	// included; 0 when it cannot be modelled (group without a known share
+	// size). ServerHelloGrowth is ServerHelloBytes minus the observed
+	// ServerHelloBytes, valid when Modeled.
+	ServerHelloBytes  int
+	ServerHelloGrowth int
+	Modeled           bool
+	// HRRBytes estimates the bytes an HRR adds that the observed handshake
+	// did not have: the HelloRetryRequest plus the second ClientHello. 0
+	// unless Kind is HRR and the observed handshake had no HRR.
+	HRRBytes int
+}
+
+// tls13Client reports whether the ClientHello offered TLS 1.3.
+func tls13Client(r *record.Handshake) bool {
+	if len(r.JA4) >= 3 {
+		return r.JA4[1] == '1' && r.JA4[2] == '3'
+	}
+	return len(r.KeyShareIDs) > 0
+}
+
+func has(list []uint16, g uint16) bool {
+	for _, x := range list {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+func isPQ(g uint16) bool { return tlsparse.Group(g).IsPQ() }
+
+// Predict tells what a server with policy p would do with r's ClientHello.
+// It allocates nothing.
+func Predict(p Policy, r *record.Handshake) Outcome {
+	if r.ClientHelloBytes == 0 && len(r.OfferedIDs) == 0 && len(r.KeyShareIDs) == 0 {
+		return Outcome{Kind: Unknown, Reason: ReasonNoClientHello}
+	}
+	var o Outcome
+	if !tls13Client(r) {
+		o = predictTLS12(&p, r)
+	} else {
+		g, hrr := select13(&p, r)
+		o = classify(&p, r, g, hrr)
+	}
+	bytesModel(&o, r)
+	return o
+}
+
+func predictTLS12(p *Policy, r *record.Handshake) Outcome {
+	for _, g := range r.OfferedIDs {
+		if !isPQ(g) && p.index(g) >= 0 {
+			return Outcome{Kind: Classical, Group: g, Reason: ReasonTLS12}
+		}
+	}
+	// No ECDHE group in common: RSA or DHE key exchange, still classical.
+	return Outcome{Kind: Classical, Reason: ReasonTLS12}
+}
+
+// select13 returns the group a TLS 1.3 server with policy p picks, and
+// whether it needs an HRR for it; 0 when there is no mutual group.
+func select13(p *Policy, r *record.Handshake) (g uint16, hrr bool) {
+	offered, shares := r.OfferedIDs, r.KeyShareIDs
+	mutual := func(g uint16) bool { return has(offered, g) }
+	switch p.Mode {
+	case ModeGo:
+		// PQ with share, PQ without share, share, first mutual.
+		var pqNoShare, firstShare, first uint16
+		for _, g := range p.Groups {
+			if !mutual(g) {
+				continue
+			}
+			s := has(shares, g)
+			switch {
+			case isPQ(g) && s:
+				return g, false
+			case isPQ(g):
+				if pqNoShare == 0 {
+					pqNoShare = g
+				}
+			case s:
+				if firstShare == 0 {
+					firstShare = g
+				}
+			}
+			if first == 0 {
+				first = g
+			}
+		}
+		switch {
+		case pqNoShare != 0:
+			return pqNoShare, true
+		case firstShare != 0:
+			return firstShare, false
+		}
+		return first, first != 0
+	case ModeTuples:
+		for i := 0; i < len(p.Groups); {
+			t := p.tuple(i)
+			var first uint16
+			j := i
+			for ; j < len(p.Groups) && p.tuple(j) == t; j++ {
+				g := p.Groups[j]
+				if !mutual(g) {
+					continue
+				}
+				if has(shares, g) {
+					return g, false
+				}
+				if first == 0 {
+					first = g
+				}
+			}
+			if first != 0 {
+				return first, true
+			}
+			i = j
+		}
+		return 0, false
+	default: // ModeClientShare
+		for _, g := range shares {
+			if mutual(g) && p.index(g) >= 0 {
+				return g, false
+			}
+		}
+		for _, g := range offered {
+			if p.index(g) >= 0 {
+				return g, true
+			}
+		}
+		return 0, false
+	}
+}
+
+func classify(p *Policy, r *record.Handshake, g uint16, hrr bool) Outcome {
+	if g == 0 {
+		return Outcome{Kind: Fail, Reason: ReasonNoMutualGroup}
+	}
+	o := Outcome{Group: g}
+	switch {
+	case hrr:
+		o.Kind = HRR
+		if isPQ(g) {
+			o.Reason = ReasonPQNoShare
+		} else {
+			o.Reason = ReasonNoShare
+		}
+	case isPQ(g):
+		o.Kind, o.Reason = PQ, ReasonPQShare
+	default:
+		o.Kind = Classical
+		o.Reason = classicalReason(p, r)
+	}
+	return o
+}
+
+func classicalReason(p *Policy, r *record.Handshake) string {
+	offersPQ, mutualPQ := false, false
+	for _, g := range r.OfferedIDs {
+		if isPQ(g) {
+			offersPQ = true
+			if p.index(g) >= 0 {
+				mutualPQ = true
+			}
+		}
+	}
+	switch {
+	case !offersPQ:
+		return ReasonNoPQOffered
+	case !mutualPQ:
+		return ReasonNoMutualPQ
+	case p.Mode == ModeClientShare:
+		return ReasonClassicalShare
+	}
+	return ReasonPolicyClassic
+}
+
+// Fixed TLS 1.3 ServerHello parts (see the package doc).
+const (
+	sh13Fixed     = 4 + 2 + 32 + 1 + 2 + 1 + 2 + 6 + 8 // without session id and share
+	compatSession = 32
+)
+
+// bytesModel fills the byte fields of o.
+func bytesModel(o *Outcome, r *record.Handshake) {
+	if o.Kind == Unknown || o.Kind == Fail {
+		return
+	}
+	if o.Kind == Classical && o.Reason == ReasonTLS12 {
+		if r.ServerHelloBytes > 0 {
+			o.ServerHelloBytes, o.Modeled = r.ServerHelloBytes, true
+		}
+		return
+	}
+	newShare := ServerShareSize(o.Group)
+	if newShare == 0 {
+		return
+	}
+	obsGroup := uint16(0)
+	if r.Group != "" {
+		obsGroup, _ = groupID(r.Group)
+	}
+	var sh int
+	if r.Version == "TLS1.3" && r.ServerHelloBytes > 0 && ServerShareSize(obsGroup) > 0 {
+		sh = r.ServerHelloBytes - ServerShareSize(obsGroup) + newShare
+	} else {
+		sh = sh13Fixed + compatSession + newShare
+	}
+	o.ServerHelloBytes, o.Modeled = sh, true
+	if r.ServerHelloBytes > 0 {
+		o.ServerHelloGrowth = sh - r.ServerHelloBytes
+	} else {
+		o.Modeled = false
+	}
+	if o.Kind == HRR && !r.HRR {
+		hrrMsg := sh - 2 - newShare // key_share entry becomes the 2-byte group
+		ch2 := r.ClientHelloBytes + 4 + ClientShareSize(o.Group)
+		for _, ks := range r.KeyShares {
+			ch2 -= 4 + ks.Bytes
+		}
+		if r.ClientHelloBytes == 0 || ClientShareSize(o.Group) == 0 {
+			ch2 = 0
+		}
+		o.HRRBytes = hrrMsg + ch2
+	}
+}
+
+// groupID resolves a record's group name without allocating.
+func groupID(name string) (uint16, bool) {
+	if g, ok := byName[name]; ok {
+		return g, true
+	}
+	if len(name) == 6 && name[:2] == "0x" {
+		v, err := strconv.ParseUint(name[2:], 16, 16)
+		return uint16(v), err == nil
+	}
+	return 0, false
+}
+
+// ServerShareSize is the key_exchange length a TLS 1.3 ServerHello carries
+// for group g (an ML-KEM ciphertext, an ECDH point, or both for hybrids); 0
+// when unknown.
+func ServerShareSize(g uint16) int {
+	switch g {
+	case 0x001d: // x25519
+		return 32
+	case 0x001e: // x448
+		return 56
+	case 0x0017, 0x001f: // secp256r1, brainpoolP256r1tls13 (uncompressed point)
+		return 65
+	case 0x0018, 0x0020:
+		return 97
+	case 0x0019:
+		return 133
+	case 0x0021:
+		return 129
+	case 0x0100: // ffdhe2048..8192: the modulus length
+		return 256
+	case 0x0101:
+		return 384
+	case 0x0102:
+		return 512
+	case 0x0103:
+		return 768
+	case 0x0104:
+		return 1024
+	case 0x0200: // MLKEM512 ciphertext
+		return 768
+	case 0x0201:
+		return 1088
+	case 0x0202:
+		return 1568
+	case 0x11ec, 0x6399: // X25519MLKEM768, X25519Kyber768Draft00
+		return 1088 + 32
+	case 0x11eb, 0x11ee, 0x639a: // SecP256r1MLKEM768, curveSM2MLKEM768, SecP256r1Kyber768Draft00
+		return 65 + 1088
+	case 0x11ed: // SecP384r1MLKEM1024
+		return 97 + 1568
+	}
+	return 0
+}
+
+// ClientShareSize is the key_exchange length of a ClientHello key share for
+// group g (an ML-KEM encapsulation key for the KEM part); 0 when unknown.
+func ClientShareSize(g uint16) int {
+	switch g {
+	case 0x0200:
+		return 800
+	case 0x0201:
+		return 1184
+	case 0x0202:
+		return 1568
+	case 0x11ec, 0x6399:
+		return 1184 + 32
+	case 0x11eb, 0x11ee, 0x639a:
+		return 65 + 1184
+	case 0x11ed:
+		return 97 + 1568
+	}
+	return ServerShareSize(g)
+}
