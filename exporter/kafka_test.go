@@ -658,3 +658,50 @@ func TestKafkaTLS(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestKafkaSASL delivers through a broker that requires SASL, with each
+// mechanism, and delivers nothing with a wrong password.
+func TestKafkaSASL(t *testing.T) {
+	for _, tc := range []struct{ mech, kfakeMech string }{
+		{"plain", "PLAIN"}, {"scram-sha-256", "SCRAM-SHA-256"}, {"scram-sha-512", "SCRAM-SHA-512"},
+	} {
+		t.Run(tc.mech, func(t *testing.T) {
+			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, testTopic),
+				kfake.EnableSASL(), kfake.Superuser(tc.kfakeMech, "pqwatch", "s3cret"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
+			cfg := fastConfig(c.ListenAddrs()[0])
+			cfg.Logger = testLogger(t)
+			cfg.SASL = &SASLConfig{Mechanism: tc.mech, Username: "pqwatch", Password: "s3cret"}
+			k, err := NewKafka(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 5 {
+				_ = k.Write(seqRecord(i))
+			}
+			waitDelivered(t, k, 5, 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := k.Close(ctx); err != nil {
+				t.Error(err)
+			}
+
+			cfg.SASL.Password = "wrong"
+			bad, err := NewKafka(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = bad.Write(seqRecord(0))
+			time.Sleep(300 * time.Millisecond)
+			ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel2()
+			_ = bad.Close(ctx2)
+			if st := bad.Stats(); st.Delivered != 0 || st.Dropped != 1 {
+				t.Errorf("wrong password: %+v", st)
+			}
+		})
+	}
+}

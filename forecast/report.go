@@ -34,7 +34,7 @@ type Report struct {
 	Predicted  int    `json:"predicted"`  // records with a ClientHello to predict from
 
 	PQ        int `json:"pq"`
-	HRR       int `json:"hrr"`     // of which HRRPQ end in a PQ group
+	HRR       int `json:"hrr"` // of which HRRPQ end in a PQ group
 	HRRPQ     int `json:"hrr_pq"`
 	Classical int `json:"classical"`
 	Fail      int `json:"fail"`

@@ -1,0 +1,473 @@
+package capture
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Any captures every interface through one socket per worker bound to no
+// interface. Packets arrive cooked (LinkRaw): without link headers, the same
+// for Ethernet, loopback, tunnels and WireGuard alike.
+const Any = "any"
+
+// Defaults for the zero Config fields. A ring holds BlockSize*NumBlocks
+// bytes of kernel memory, and there is one ring per interface per worker.
+const (
+	DefaultFrameSize   = 4096
+	DefaultBlockSize   = 1 << 18 // 256 KiB; also the largest packet kept whole
+	DefaultNumBlocks   = 16      // 4 MiB per ring
+	DefaultPollTimeout = 200 * time.Millisecond
+)
+
+// Sentinel errors.
+var (
+	ErrNoInterface = errors.New("capture: no such interface")
+	ErrRunning     = errors.New("capture: Run called twice")
+)
+
+// Config tells New what to capture.
+type Config struct {
+	// Ifaces are interface names, or the single name "any". Nil means every
+	// interface that is up, including ones that come up later.
+	Ifaces []string
+	// Ports narrows capture to TCP and UDP with a source or destination
+	// port in the set (in the kernel, with a classic BPF filter). Empty
+	// captures everything.
+	Ports []uint16
+	// Workers is the number of fanout members per interface, each read by
+	// its own goroutine (default runtime.NumCPU()).
+	Workers int
+	// Ring geometry (TPACKET_V3): BlockSize must be a multiple of the page
+	// size and of FrameSize.
+	FrameSize, BlockSize, NumBlocks int
+	// PollTimeout bounds how long an idle worker sleeps in poll(2) before
+	// looking around again (wakeups for new rings and shutdown are
+	// immediate anyway).
+	PollTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// IfaceStats are the kernel's ring counters of one interface, summed over
+// its workers. Packets counts every packet that passed the filter, the
+// dropped ones included (PACKET_STATISTICS tp_packets); Drops counts those
+// the ring had no room for.
+type IfaceStats struct {
+	Packets uint64
+	Drops   uint64
+}
+
+// Stats is a snapshot of the capture counters. The totals are cumulative
+// since New and include interfaces that have gone away; Interfaces holds
+// the interfaces captured now.
+type Stats struct {
+	Packets    uint64
+	Drops      uint64
+	Interfaces map[string]IfaceStats
+	Panics     uint64 // handler panics recovered by the workers
+}
+
+// Capture is a live AF_PACKET capture. Build it with New, start it with Run.
+type Capture struct {
+	cfg     Config
+	log     *slog.Logger
+	ns      netns.NsHandle // the namespace New ran in; rings and netlink live there
+	any     bool
+	names   map[string]bool // explicit interface names; nil = every up link
+	opts    ringOpts
+	workers []*worker
+
+	mu      sync.Mutex
+	groups  map[int]*group // by ifindex
+	retired IfaceStats     // counters of groups that are gone
+	closed  bool
+
+	running atomic.Bool
+	panics  atomic.Uint64
+}
+
+// New opens the rings for the configured interfaces in the calling
+// thread's network namespace. Interfaces that appear later are picked up by
+// Run. Named interfaces must exist.
+func New(cfg Config) (*Capture, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = runtime.NumCPU()
+	}
+	if cfg.FrameSize <= 0 {
+		cfg.FrameSize = DefaultFrameSize
+	}
+	if cfg.BlockSize <= 0 {
+		cfg.BlockSize = DefaultBlockSize
+	}
+	if cfg.NumBlocks <= 0 {
+		cfg.NumBlocks = DefaultNumBlocks
+	}
+	if cfg.PollTimeout <= 0 {
+		cfg.PollTimeout = DefaultPollTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if _, err := Filter(LinkEthernet, cfg.Ports); err != nil {
+		return nil, err
+	}
+	if cfg.Workers > 1<<12 {
+		return nil, fmt.Errorf("capture: %d workers, at most %d", cfg.Workers, 1<<12)
+	}
+	c := &Capture{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		groups: map[int]*group{},
+		opts:   ringOpts{frameSize: cfg.FrameSize, blockSize: cfg.BlockSize, numBlocks: cfg.NumBlocks, ports: cfg.Ports},
+	}
+	for _, n := range cfg.Ifaces {
+		if n == Any {
+			if len(cfg.Ifaces) > 1 {
+				return nil, errors.New(`capture: "any" cannot be combined with interface names`)
+			}
+			c.any = true
+			continue
+		}
+		if c.names == nil {
+			c.names = map[string]bool{}
+		}
+		c.names[n] = true
+	}
+	if len(cfg.Ifaces) > 0 && !c.any && len(c.names) == 0 {
+		return nil, errors.New("capture: empty interface list")
+	}
+	ns, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("capture: network namespace: %w", err)
+	}
+	c.ns = ns
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	for i := range cfg.Workers {
+		w, err := newWorker(c, i)
+		if err != nil {
+			return nil, err
+		}
+		c.workers = append(c.workers, w)
+	}
+	if c.any {
+		g, err := openGroup(c.ns, 0, Any, false, cfg.Workers, c.opts)
+		if err != nil {
+			return nil, err
+		}
+		c.addGroup(g)
+		ok = true
+		return c, nil
+	}
+	h, err := netlink.NewHandleAt(c.ns)
+	if err != nil {
+		return nil, fmt.Errorf("capture: netlink: %w", err)
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("capture: list links: %w", err)
+	}
+	found := map[string]bool{}
+	for _, l := range links {
+		found[l.Attrs().Name] = true
+	}
+	for n := range c.names {
+		if !found[n] {
+			return nil, fmt.Errorf("%w: %s", ErrNoInterface, n)
+		}
+	}
+	for _, l := range links {
+		if err := c.linkUp(l); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+// wanted reports whether link l should be captured now.
+func (c *Capture) wanted(a *netlink.LinkAttrs) bool {
+	if c.names != nil && !c.names[a.Name] {
+		return false
+	}
+	return a.Flags&net.FlagUp != 0
+}
+
+// linkUp opens rings for a link that is wanted and not yet captured, and
+// follows renames of links already captured.
+func (c *Capture) linkUp(l netlink.Link) error {
+	a := l.Attrs()
+	c.mu.Lock()
+	g := c.groups[a.Index]
+	if g != nil && !g.removed && g.name != a.Name {
+		c.log.Info("capture: interface renamed", "from", g.name, "to", a.Name)
+		g.name = a.Name
+	}
+	closed := c.closed
+	c.mu.Unlock()
+	if g != nil || closed || !c.wanted(a) {
+		return nil
+	}
+	ether := a.EncapType == "ether" || a.EncapType == "loopback"
+	g, err := openGroup(c.ns, a.Index, a.Name, ether, c.cfg.Workers, c.opts)
+	if err != nil {
+		return err
+	}
+	c.log.Info("capture: interface added", "iface", a.Name, "ifindex", a.Index, "link_type", g.linkType, "workers", len(g.rings))
+	c.addGroup(g)
+	return nil
+}
+
+// addGroup records g and hands each ring to its worker.
+func (c *Capture) addGroup(g *group) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		g.closeAll()
+		return
+	}
+	c.groups[g.ifindex] = g
+	c.mu.Unlock()
+	for i, r := range g.rings {
+		c.workers[i].send(ctlMsg{add: r})
+	}
+}
+
+// linkGone closes the rings of a link that went away (deleted or moved to
+// another namespace). Its counters stay in the totals.
+func (c *Capture) linkGone(ctx context.Context, ifindex int) {
+	c.mu.Lock()
+	g := c.groups[ifindex]
+	if g == nil || g.removed {
+		c.mu.Unlock()
+		return
+	}
+	g.removed = true
+	c.mu.Unlock()
+	c.log.Info("capture: interface removed", "iface", g.name, "ifindex", ifindex)
+	done := make(chan struct{}, len(g.rings))
+	for i, r := range g.rings {
+		c.workers[i].send(ctlMsg{del: r, done: done})
+	}
+	for range g.rings {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return // Close finishes the job once the workers stop
+		}
+	}
+	c.mu.Lock()
+	s := g.stats()
+	c.retired.Packets += s.Packets
+	c.retired.Drops += s.Drops
+	delete(c.groups, ifindex)
+	c.mu.Unlock()
+}
+
+// Stats returns the ring counters now. Safe to call at any time from any
+// goroutine.
+func (c *Capture) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{Packets: c.retired.Packets, Drops: c.retired.Drops, Interfaces: make(map[string]IfaceStats, len(c.groups))}
+	for _, g := range c.groups {
+		gs := g.stats()
+		s.Packets += gs.Packets
+		s.Drops += gs.Drops
+		if !g.removed {
+			is := s.Interfaces[g.name]
+			is.Packets += gs.Packets
+			is.Drops += gs.Drops
+			s.Interfaces[g.name] = is
+		}
+	}
+	s.Panics = c.panics.Load()
+	return s
+}
+
+// Interfaces returns the names of the interfaces captured now, sorted
+// ("any" in any mode).
+func (c *Capture) Interfaces() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var names []string
+	for _, g := range c.groups {
+		if !g.removed {
+			names = append(names, g.name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Handler receives one packet. worker is the fanout member that read it
+// (0..Workers-1): all packets of a flow, both directions, on one interface
+// go to the same worker, and a worker never runs two calls at once. data is
+// only valid during the call (it points into the ring).
+type Handler func(worker int, ts time.Time, linkType int, data []byte)
+
+// Run reads the rings until ctx is cancelled, calling handle for every
+// packet, and follows link changes (unless capturing "any"). It closes all
+// rings before it returns. Run may be called once.
+func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time, linkType int, data []byte)) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, w := range c.workers {
+		wg.Go(func() { w.run(ctx, handle) })
+	}
+	var linkErr error
+	if !c.any {
+		wg.Go(func() {
+			linkErr = c.followLinks(ctx)
+			if linkErr != nil {
+				cancel()
+			}
+		})
+	}
+	<-ctx.Done()
+	for _, w := range c.workers {
+		w.wake()
+	}
+	wg.Wait()
+	return linkErr
+}
+
+// followLinks applies netlink link updates until ctx is done, resubscribing
+// (and reconciling with a fresh link list) when the subscription breaks.
+func (c *Capture) followLinks(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		if err := c.followOnce(ctx); err != nil {
+			c.log.Warn("capture: link subscription lost", "err", err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(min(time.Second<<min(attempt, 5), 30*time.Second)):
+		}
+	}
+}
+
+func (c *Capture) followOnce(ctx context.Context) error {
+	ch := make(chan netlink.LinkUpdate, 256)
+	done := make(chan struct{})
+	defer close(done)
+	var subErr atomic.Value
+	err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
+		Namespace:     &c.ns,
+		ListExisting:  true,
+		ErrorCallback: func(err error) { subErr.Store(err) },
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.reconcile(ctx); err != nil {
+		c.log.Warn("capture: reconcile links", "err", err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-ch:
+			if !ok {
+				if e, _ := subErr.Load().(error); e != nil {
+					return e
+				}
+				return errors.New("capture: link subscription closed")
+			}
+			switch u.Header.Type {
+			case unix.RTM_NEWLINK:
+				if err := c.linkUp(u.Link); err != nil {
+					// A link can vanish while its rings are set up.
+					c.log.Warn("capture: open interface", "iface", u.Link.Attrs().Name, "err", err)
+				}
+			case unix.RTM_DELLINK:
+				c.linkGone(ctx, int(u.Index))
+			}
+		}
+	}
+}
+
+// reconcile drops groups whose link no longer exists (missed while the
+// subscription was down).
+func (c *Capture) reconcile(ctx context.Context) error {
+	h, err := netlink.NewHandleAt(c.ns)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	links, err := h.LinkList()
+	if err != nil {
+		return err
+	}
+	live := map[int]bool{}
+	for _, l := range links {
+		live[l.Attrs().Index] = true
+	}
+	c.mu.Lock()
+	var gone []int
+	for idx := range maps.Keys(c.groups) {
+		if !live[idx] {
+			gone = append(gone, idx)
+		}
+	}
+	c.mu.Unlock()
+	for _, idx := range gone {
+		c.linkGone(ctx, idx)
+	}
+	return nil
+}
+
+// Close releases the rings. Run calls it on return; call it yourself only
+// when Run is never called.
+func (c *Capture) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	groups := slices.Collect(maps.Values(c.groups))
+	c.mu.Unlock()
+	// Workers have stopped (Run waits for them) or never ran.
+	for _, g := range groups {
+		g.closeAll()
+	}
+	c.mu.Lock()
+	for _, g := range groups {
+		s := g.stats()
+		c.retired.Packets += s.Packets
+		c.retired.Drops += s.Drops
+		delete(c.groups, g.ifindex)
+	}
+	c.mu.Unlock()
+	for _, w := range c.workers {
+		w.closeFD()
+	}
+	c.ns.Close()
+	return nil
+}

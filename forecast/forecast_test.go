@@ -1,0 +1,258 @@
+package forecast
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+const (
+	x25519  = 0x001d
+	p256    = 0x0017
+	p384    = 0x0018
+	p521    = 0x0019
+	x448    = 0x001e
+	mlkem   = 0x11ec // X25519MLKEM768
+	p256mk  = 0x11eb
+	p384mk  = 0x11ed
+	kyber   = 0x6399
+	ffdhe8k = 0x0104
+)
+
+// hello builds a record from what a ClientHello carried; ver is "13", "12"
+// or "" (no JA4).
+func hello(ver string, offered, shares []uint16) *record.Handshake {
+	r := &record.Handshake{Outcome: record.OutcomeOK, ClientHelloBytes: 300, OfferedIDs: offered, KeyShareIDs: shares}
+	if ver != "" {
+		r.JA4 = "t" + ver + "d1516h2_8daaf6152771_e5627efa2ab1"
+	}
+	for _, g := range offered {
+		r.OfferedGroups = append(r.OfferedGroups, tlsparse.Group(g).String())
+		r.PQOffered = r.PQOffered || tlsparse.Group(g).IsPQ()
+	}
+	for _, g := range shares {
+		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: tlsparse.Group(g).String(), Bytes: ClientShareSize(g)})
+	}
+	return r
+}
+
+// seen adds what a server negotiated.
+func seen(r *record.Handshake, version string, g uint16, hrr bool, shBytes int) *record.Handshake {
+	r.Version, r.Group, r.HRR, r.ServerHelloBytes = version, tlsparse.Group(g).String(), hrr, shBytes
+	r.PQ = tlsparse.Group(g).IsPQ()
+	return r
+}
+
+var (
+	goDefault = []uint16{mlkem, p256mk, p384mk, x25519, p256, p384, p521}
+	openssl30 = Policy{Groups: []uint16{x25519, p256}, Mode: ModeClientShare}
+	openssl35 = DefaultPolicy
+)
+
+func TestPredict(t *testing.T) {
+	withPQ := openssl30
+	withPQ.Groups = []uint16{mlkem, x25519, p256}
+	type want struct {
+		kind   Kind
+		group  uint16
+		reason string
+	}
+	cases := []struct {
+		name   string
+		p      Policy
+		r      *record.Handshake
+		want   want
+		nobyte bool
+	}{
+		{"go client, go server", GoPolicy, hello("13", goDefault, []uint16{mlkem, x25519}), want{PQ, mlkem, ReasonPQShare}, false},
+		{"chrome-like, openssl3.5", openssl35, hello("13", []uint16{mlkem, x25519, p256, p384}, []uint16{mlkem, x25519}), want{PQ, mlkem, ReasonPQShare}, false},
+		{"pq listed no share, go", GoPolicy, hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), want{HRR, mlkem, ReasonPQNoShare}, false},
+		{"pq listed no share, openssl3.5", openssl35, hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), want{HRR, mlkem, ReasonPQNoShare}, false},
+		{"pq listed no share, openssl3.0", withPQ, hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), want{Classical, x25519, ReasonClassicalShare}, false},
+		{"x25519 only", GoPolicy, hello("13", []uint16{x25519}, []uint16{x25519}), want{Classical, x25519, ReasonNoPQOffered}, false},
+		{"p256 share, go", GoPolicy, hello("13", []uint16{p256, x25519}, []uint16{p256}), want{Classical, p256, ReasonNoPQOffered}, false},
+		{"p256 share, openssl3.5", openssl35, hello("13", []uint16{p256, x25519}, []uint16{p256}), want{Classical, p256, ReasonNoPQOffered}, false},
+		{"p256 share, openssl3.0", openssl30, hello("13", []uint16{p256, x25519}, []uint16{p256}), want{Classical, p256, ReasonNoPQOffered}, false},
+		{"x448 share, go", GoPolicy, hello("13", []uint16{x448, p256}, []uint16{x448}), want{HRR, p256, ReasonNoShare}, false},
+		{"x448 share, openssl3.5", openssl35, hello("13", []uint16{x448, p256}, []uint16{x448}), want{HRR, p256, ReasonNoShare}, false},
+		{"x448 share, openssl3.0", openssl30, hello("13", []uint16{x448, p256}, []uint16{x448}), want{HRR, p256, ReasonNoShare}, false},
+		{"p384 share, go takes it", GoPolicy, hello("13", []uint16{p384, x25519}, []uint16{p384}), want{Classical, p384, ReasonNoPQOffered}, false},
+		{"p384 share, openssl3.5 asks earlier tuple", openssl35, hello("13", []uint16{p384, x25519}, []uint16{p384}), want{HRR, x25519, ReasonNoShare}, false},
+		{"openssl3.0 hrr in client order", openssl30, hello("13", []uint16{x448, p256, x25519}, []uint16{x448}), want{HRR, p256, ReasonNoShare}, false},
+		{"strict server order", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519}), want{HRR, p256, ReasonNoShare}, false},
+		{"kyber draft only", GoPolicy, hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), want{Classical, x25519, ReasonNoMutualPQ}, false},
+		{"policy prefers classical", Policy{Groups: []uint16{x25519, mlkem}, Mode: ModeTuples}, hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), want{Classical, x25519, ReasonPolicyClassic}, false},
+		{"tls1.2 client", GoPolicy, hello("12", []uint16{x25519, p256}, nil), want{Classical, x25519, ReasonTLS12}, false},
+		{"tls1.2 client order", GoPolicy, hello("12", []uint16{p384, x25519}, nil), want{Classical, p384, ReasonTLS12}, false},
+		{"tls1.2 no groups", GoPolicy, hello("12", nil, nil), want{Classical, 0, ReasonTLS12}, false},
+		{"tls1.2 skips pq", GoPolicy, hello("12", []uint16{mlkem, p256}, nil), want{Classical, p256, ReasonTLS12}, false},
+		{"no ja4, shares mean tls1.3", GoPolicy, hello("", goDefault, []uint16{mlkem, x25519}), want{PQ, mlkem, ReasonPQShare}, false},
+		{"no ja4, no shares mean tls1.2", GoPolicy, hello("", []uint16{x25519}, nil), want{Classical, x25519, ReasonTLS12}, false},
+		{"empty key_share, tls1.3 by ja4", GoPolicy, hello("13", []uint16{x25519, mlkem}, nil), want{HRR, mlkem, ReasonPQNoShare}, false},
+		{"no mutual group", GoPolicy, hello("13", []uint16{ffdhe8k}, []uint16{ffdhe8k}), want{Fail, 0, ReasonNoMutualGroup}, true},
+		{"no clienthello", GoPolicy, &record.Handshake{Outcome: record.OutcomeTruncated}, want{Unknown, 0, ReasonNoClientHello}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := Predict(c.p, c.r)
+			if got := (want{o.Kind, o.Group, o.Reason}); got != c.want {
+				t.Fatalf("got %v %s %q, want %v %s %q", got.kind, tlsparse.Group(got.group), got.reason, c.want.kind, tlsparse.Group(c.want.group), c.want.reason)
+			}
+			if c.nobyte && (o.ServerHelloBytes != 0 || o.Modeled) {
+				t.Errorf("bytes modelled for %v: %+v", o.Kind, o)
+			}
+		})
+	}
+}
+
+func TestBytes(t *testing.T) {
+	// A TLS 1.3 ServerHello with a 32-byte session id and an x25519 share
+	// is 122 bytes; X25519MLKEM768 makes it 1210.
+	cases := []struct {
+		name             string
+		p                Policy
+		r                *record.Handshake
+		sh, growth, hrrB int
+		modeled          bool
+	}{
+		{"x25519 -> mlkem", GoPolicy, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", x25519, false, 122), 1210, 1088, 0, true},
+		{"p256 stays", GoPolicy, seen(hello("13", []uint16{p256}, []uint16{p256}), "TLS1.3", p256, false, 155), 155, 0, 0, true},
+		{"short session id kept", GoPolicy, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", x25519, false, 90), 1178, 1088, 0, true},
+		{"mlkem -> x25519", Policy{Groups: []uint16{x25519}}, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false, 1210), 122, -1088, 0, true},
+		{"observed tls1.2, built", GoPolicy, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.2", x25519, false, 80), 1210, 1130, 0, true},
+		{"tls1.2 client unchanged", GoPolicy, seen(hello("12", []uint16{x25519}, nil), "TLS1.2", x25519, false, 80), 80, 0, 0, true},
+		// HRR: 88-byte HelloRetryRequest + a second ClientHello of
+		// 300 - (4+32) + (4+1216).
+		{"new hrr to mlkem", GoPolicy, seen(hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), "TLS1.3", x25519, false, 122), 1210, 1088, 88 + 300 - 36 + 1220, true},
+		{"hrr already seen", GoPolicy, seen(hello("13", []uint16{x448, p256}, []uint16{x448}), "TLS1.3", p256, true, 155), 155, 0, 0, true},
+		{"no serverhello", GoPolicy, hello("13", goDefault, []uint16{mlkem, x25519}), 1210, 0, 0, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := Predict(c.p, c.r)
+			if o.ServerHelloBytes != c.sh || o.ServerHelloGrowth != c.growth || o.HRRBytes != c.hrrB || o.Modeled != c.modeled {
+				t.Errorf("got sh=%d growth=%d hrr=%d modeled=%v, want %d %d %d %v", o.ServerHelloBytes, o.ServerHelloGrowth, o.HRRBytes, o.Modeled, c.sh, c.growth, c.hrrB, c.modeled)
+			}
+		})
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Policy
+		err  bool
+	}{
+		{in: "X25519MLKEM768,x25519,secp256r1", want: Policy{Groups: []uint16{mlkem, x25519, p256}}},
+		{in: "X25519:P-256:prime256v1:0x11EC", want: Policy{Groups: []uint16{x25519, p256, mlkem}}},
+		{in: "?*X25519MLKEM768 / ?*X25519:?secp256r1 / ?X448:?secp384r1:?secp521r1 / ?ffdhe2048:?ffdhe3072", want: DefaultPolicy},
+		{in: "openssl3.0=X25519:prime256v1", want: Policy{Groups: []uint16{x25519, p256}, Mode: ModeClientShare}},
+		{in: "go=SecP256r1MLKEM768, P-384, p-521", want: Policy{Groups: []uint16{p256mk, p384, p521}}},
+		{in: "0x6399", want: Policy{Groups: []uint16{kyber}}},
+		{in: "bogus", err: true},
+		{in: "", err: true},
+		{in: "x25519,0x0a0a", err: true},
+		{in: "nope=x25519", err: true},
+		{in: "0x1ffff", err: true},
+	}
+	for _, c := range cases {
+		p, err := ParsePolicy(c.in)
+		if c.err {
+			if !errors.Is(err, ErrPolicy) {
+				t.Errorf("%q: err %v, want ErrPolicy", c.in, err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(p, c.want) {
+			t.Errorf("%q: got %+v %v, want %+v", c.in, p, err, c.want)
+		}
+		if back, err := ParsePolicy(p.String()); err != nil || !reflect.DeepEqual(back, p) {
+			t.Errorf("%q: String %q does not round-trip: %+v %v", c.in, p.String(), back, err)
+		}
+	}
+}
+
+func TestReport(t *testing.T) {
+	rep := NewReport(GoPolicy)
+	chrome := seen(hello("13", []uint16{mlkem, x25519, p256}, []uint16{mlkem, x25519}), "TLS1.3", x25519, false, 122)
+	chrome.Log = &record.Log{Source: "nginx", UserAgent: "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36"}
+	curl := seen(hello("13", []uint16{x25519, p256}, []uint16{x25519}), "TLS1.3", x25519, false, 122)
+	curl.JA4 = "t13d3112h2_e8f1e7e78f70_b26ce05bbdd6"
+	curl.Log = &record.Log{Source: "nginx", UserAgent: "curl/7.88.1"}
+	old := seen(hello("12", []uint16{x25519}, nil), "TLS1.2", x25519, false, 80)
+	for range 3 {
+		rep.Add(chrome)
+	}
+	rep.Add(curl)
+	rep.Add(curl)
+	rep.Add(old)
+	rep.Add(seen(hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), "TLS1.3", x25519, false, 122))
+	rep.Add(&record.Handshake{Outcome: record.OutcomeReset})
+	rep.Finish()
+	if rep.Handshakes != 8 || rep.Predicted != 7 || rep.PQ != 3 || rep.HRR != 1 || rep.HRRPQ != 1 || rep.Classical != 3 || rep.Unknown != 1 {
+		t.Fatalf("counts: %+v", rep)
+	}
+	if rep.PQShare != 4.0/7 || rep.HRRShare != 1.0/7 || rep.ClassicalShare != 3.0/7 {
+		t.Errorf("shares: pq %v hrr %v classical %v", rep.PQShare, rep.HRRShare, rep.ClassicalShare)
+	}
+	if rep.ClassicalReasons[ReasonNoPQOffered] != 2 || rep.ClassicalReasons[ReasonTLS12] != 1 {
+		t.Errorf("reasons: %v", rep.ClassicalReasons)
+	}
+	// 4 handshakes grow by 1088, 3 by 0.
+	if rep.Modeled != 7 || rep.AddedServerHelloBytes != 4*1088.0/7 || rep.AddedServerHelloBytesPQ != 1088 {
+		t.Errorf("bytes: modeled %d mean %v pq %v", rep.Modeled, rep.AddedServerHelloBytes, rep.AddedServerHelloBytesPQ)
+	}
+	if rep.NewHRR != 1 || rep.HRRBytesPerNewHRR != 88+300-36+1220 {
+		t.Errorf("hrr bytes: %d %v", rep.NewHRR, rep.HRRBytesPerNewHRR)
+	}
+	if len(rep.ClassicalByJA4) != 2 || rep.ClassicalByJA4[0].Key != curl.JA4 || rep.ClassicalByJA4[0].Count != 2 {
+		t.Errorf("by ja4: %+v", rep.ClassicalByJA4)
+	}
+	if len(rep.ClassicalByUA) != 1 || rep.ClassicalByUA[0] != (TailRow{Key: "curl", Count: 2, Reason: ReasonNoPQOffered}) {
+		t.Errorf("by ua: %+v", rep.ClassicalByUA)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"pq_share":`, `"hrr_share":`, `"classical_share":`, `"classical_reasons":`, `"added_server_hello_bytes_per_handshake":`, `"classical_by_ja4":`, `"classical_by_ua_family":`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("json lacks %s: %s", k, b)
+		}
+	}
+	txt := rep.Text()
+	for _, k := range []string{"would be PQ", "57.1%", "would need an HRR", "TLS 1.2 only", "curl", "+621.7 bytes per handshake"} {
+		if !strings.Contains(txt, k) {
+			t.Errorf("text lacks %q:\n%s", k, txt)
+		}
+	}
+	t.Logf("\n%s", txt)
+}
+
+func TestPredictAllocs(t *testing.T) {
+	recs := []*record.Handshake{
+		seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", x25519, false, 122),
+		seen(hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), "TLS1.3", x25519, false, 122),
+		seen(hello("12", []uint16{x25519}, nil), "TLS1.2", x25519, false, 80),
+	}
+	for _, p := range []Policy{GoPolicy, DefaultPolicy, openssl30} {
+		for _, r := range recs {
+			if n := testing.AllocsPerRun(100, func() { Predict(p, r) }); n != 0 {
+				t.Errorf("%s: %v allocs", p.Mode, n)
+			}
+		}
+	}
+}
+
+func BenchmarkPredict(b *testing.B) {
+	r := seen(hello("13", []uint16{x25519, mlkem, p256, p384}, []uint16{x25519}), "TLS1.3", x25519, false, 122)
+	b.ReportAllocs()
+	for b.Loop() {
+		Predict(DefaultPolicy, r)
+	}
+}
