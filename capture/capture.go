@@ -34,8 +34,7 @@ const (
 
 // Sentinel errors.
 var (
-	ErrNoInterface = errors.New("capture: no such interface")
-	ErrRunning     = errors.New("capture: Run called twice")
+	ErrRunning = errors.New("capture: Run called twice")
 )
 
 // Config tells New what to capture.
@@ -94,13 +93,15 @@ type Capture struct {
 	retired IfaceStats     // counters of groups that are gone
 	closed  bool
 
-	running atomic.Bool
-	panics  atomic.Uint64
+	running  atomic.Bool
+	stopping atomic.Bool // ctx done: workers leave their read loops
+	panics   atomic.Uint64
 }
 
 // New opens the rings for the configured interfaces in the calling
-// thread's network namespace. Interfaces that appear later are picked up by
-// Run. Named interfaces must exist.
+// thread's network namespace. Interfaces that appear later (named ones
+// that did not exist yet, or any new link that is up when Ifaces is nil) are
+// picked up by Run.
 func New(cfg Config) (*Capture, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.NumCPU()
@@ -167,7 +168,7 @@ func New(cfg Config) (*Capture, error) {
 		c.workers = append(c.workers, w)
 	}
 	if c.any {
-		g, err := openGroup(c.ns, 0, Any, false, cfg.Workers, c.opts)
+		g, err := openGroup(c.ns, 0, Any, false, loopAny, cfg.Workers, c.opts)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +191,7 @@ func New(cfg Config) (*Capture, error) {
 	}
 	for n := range c.names {
 		if !found[n] {
-			return nil, fmt.Errorf("%w: %s", ErrNoInterface, n)
+			c.log.Warn("capture: interface not there yet; captured when it appears", "iface", n)
 		}
 	}
 	for _, l := range links {
@@ -226,7 +227,11 @@ func (c *Capture) linkUp(l netlink.Link) error {
 		return nil
 	}
 	ether := a.EncapType == "ether" || a.EncapType == "loopback"
-	g, err := openGroup(c.ns, a.Index, a.Name, ether, c.cfg.Workers, c.opts)
+	loop := loopNone
+	if a.EncapType == "loopback" {
+		loop = loopDevice
+	}
+	g, err := openGroup(c.ns, a.Index, a.Name, ether, loop, c.cfg.Workers, c.opts)
 	if err != nil {
 		return err
 	}
@@ -347,6 +352,7 @@ func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time,
 		})
 	}
 	<-ctx.Done()
+	c.stopping.Store(true)
 	for _, w := range c.workers {
 		w.wake()
 	}

@@ -201,3 +201,46 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 // rejectAll drops every packet; a socket carries it until its fanout group
 // is complete, so no packet is seen twice while rings are set up.
 var rejectAll = []bpf.RawInstruction{{Op: 0x6, K: 0}} // ret #0
+
+// Loopback handling: on Linux every packet on lo passes the packet taps
+// twice, once outgoing and once incoming. Like libpcap, drop the outgoing
+// copy in the kernel.
+const (
+	loopNone   = iota
+	loopDevice // the socket is bound to a loopback device
+	loopAny    // the socket sees every device; check the device type
+)
+
+const (
+	packetOutgoing = 4   // PACKET_OUTGOING, skb->pkt_type
+	arphrdLoopback = 772 // ARPHRD_LOOPBACK, dev->type
+)
+
+// socketFilter is Filter plus the loopback de-duplication for the socket
+// kind; nil means no filter.
+func socketFilter(linkType int, ports []uint16, loop int) ([]bpf.RawInstruction, error) {
+	prog, err := Filter(linkType, ports)
+	if err != nil || loop == loopNone {
+		return prog, err
+	}
+	var pre []bpf.Instruction
+	if loop == loopAny {
+		pre = append(pre,
+			bpf.LoadExtension{Num: bpf.ExtLinkLayerType},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: arphrdLoopback, SkipFalse: 3},
+		)
+	}
+	pre = append(pre,
+		bpf.LoadExtension{Num: bpf.ExtType},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: packetOutgoing, SkipFalse: 1},
+		bpf.RetConstant{Val: 0},
+	)
+	if prog == nil {
+		pre = append(pre, bpf.RetConstant{Val: snapAll})
+	}
+	raw, err := bpf.Assemble(pre)
+	if err != nil {
+		return nil, err
+	}
+	return append(raw, prog...), nil
+}

@@ -103,7 +103,8 @@ type ringOpts struct {
 // namespace ns, attaches the port filter and joins them in a fresh fanout
 // group. Ethernet-framed devices (and loopback) get SOCK_RAW sockets and
 // LinkEthernet; everything else, and "any", gets SOCK_DGRAM (data starts at
-// the IP header) and LinkRaw.
+// the IP header) and LinkRaw. loop selects the in-kernel drop of the
+// outgoing copy of loopback packets (see socketFilter).
 //
 // Sockets are created with protocol 0, so they receive nothing until they
 // are bound; each is bound only after a reject-all filter is attached, joins
@@ -111,14 +112,14 @@ type ringOpts struct {
 // So no packet lands in a ring unfiltered or outside the fanout (which would
 // show it to two workers); packets that arrive during the setup window
 // may be missed, never duplicated.
-func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, n int, o ringOpts) (*group, error) {
+func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int, n int, o ringOpts) (*group, error) {
 	g := &group{ifindex: ifindex, name: name, linkType: LinkRaw}
 	sockType := afpacket.SocketDgram
 	if ether {
 		g.linkType = LinkEthernet
 		sockType = afpacket.SocketRaw
 	}
-	filter, err := Filter(g.linkType, o.ports)
+	filter, err := socketFilter(g.linkType, o.ports, loop)
 	if err != nil {
 		return nil, err
 	}

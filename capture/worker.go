@@ -105,6 +105,9 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 		got := false
 		for _, r := range w.rings {
 			for range readBudget {
+				if w.c.stopping.Load() {
+					break
+				}
 				data, ci, err := r.tp.ZeroCopyReadPacketData()
 				if err != nil {
 					break // ErrTimeout: nothing ready (or ErrPoll, handled below)

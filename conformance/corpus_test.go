@@ -158,14 +158,14 @@ type known struct {
 
 // tally counts one tool's comparisons.
 type tally struct {
-	tool      string
-	captures  map[string]bool
-	conns     int // connections (or per-capture facts) compared
-	agree     int // fields that agree
-	found     []disagreement
-	notes     []string
-	skipped   int
-	skipWhy   map[string]int
+	tool     string
+	captures map[string]bool
+	conns    int // connections (or per-capture facts) compared
+	agree    int // fields that agree
+	found    []disagreement
+	notes    []string
+	skipped  int
+	skipWhy  map[string]int
 }
 
 func newTally(tool string) *tally {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,6 +179,7 @@ type tsharkHello struct {
 	typ    int
 	length int // handshake body, without the 4-byte header
 	groups []string
+	ja4    string // computed from tshark's fields (ClientHello only; tshark 4.0 has no ja4 field)
 }
 
 // tsharkQUICHellos runs tshark on file and returns every handshake message of
@@ -189,14 +191,16 @@ func tsharkQUICHellos(t *testing.T, file string, typ int) []tsharkHello {
 		"-T", "fields", "-E", "separator=|", "-E", "occurrence=a", "-E", "aggregator=,",
 		"-e", "frame.number", "-e", "ip.src", "-e", "udp.srcport", "-e", "ip.dst", "-e", "udp.dstport",
 		"-e", "tls.handshake.type", "-e", "tls.handshake.length",
-		"-e", "tls.handshake.extensions_key_share_group").CombinedOutput()
+		"-e", "tls.handshake.extensions_key_share_group",
+		"-e", "tls.handshake.ciphersuite", "-e", "tls.handshake.extension.type", "-e", "tls.handshake.sig_hash_alg",
+		"-e", "tls.handshake.extensions.supported_version", "-e", "tls.handshake.extensions_alpn_str").CombinedOutput()
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, out)
 	}
 	var hs []tsharkHello
 	for line := range strings.Lines(string(out)) {
 		f := strings.Split(strings.TrimRight(line, "\n"), "|")
-		if len(f) != 8 {
+		if len(f) != 13 {
 			continue
 		}
 		types, lengths := strings.Split(f[5], ","), strings.Split(f[6], ",")
@@ -219,10 +223,70 @@ func tsharkQUICHellos(t *testing.T, file string, typ int) []tsharkHello {
 					}
 				}
 			}
+			if typ == 1 && len(types) == 1 {
+				h.ja4 = ja4FromFields(f[8], f[9], f[10], f[11], f[12])
+			}
 			hs = append(hs, h)
 		}
 	}
 	return hs
+}
+
+// ja4FromFields computes FoxIO's JA4 for a QUIC ClientHello from tshark's
+// comma-separated fields, following the JA4 specification (GREASE dropped,
+// ciphers and extensions sorted, SNI and ALPN left out of the extension
+// hash, signature algorithms in order). It returns "" when the hello holds
+// something this short version does not handle.
+func ja4FromFields(ciphers, exts, sigalgs, versions, alpn string) string {
+	hex4 := func(list string) []string {
+		var out []string
+		for v := range strings.SplitSeq(list, ",") {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 0, 16)
+			if err != nil || n&0x0f0f == 0x0a0a {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%04x", n))
+		}
+		return out
+	}
+	cs, es, sa, vs := hex4(ciphers), hex4(exts), hex4(sigalgs), hex4(versions)
+	if slices.Contains(es, "0022") || slices.Contains(es, "0032") {
+		return "" // other extensions carrying signature algorithms
+	}
+	ver := "00"
+	if len(vs) > 0 {
+		slices.Sort(vs)
+		ver = map[string]string{"0304": "13", "0303": "12", "0302": "11", "0301": "10"}[vs[len(vs)-1]]
+	}
+	sni := "i"
+	if slices.Contains(es, "0000") {
+		sni = "d"
+	}
+	al := "00"
+	if first, _, _ := strings.Cut(alpn, ","); first != "" {
+		al = first[:1] + first[len(first)-1:]
+	}
+	hash := func(s string) string {
+		if s == "" {
+			return "000000000000"
+		}
+		h := sha256.Sum256([]byte(s))
+		return fmt.Sprintf("%x", h[:6])
+	}
+	var rest []string
+	for _, e := range es {
+		if e != "0000" && e != "0010" {
+			rest = append(rest, e)
+		}
+	}
+	slices.Sort(cs)
+	slices.Sort(rest)
+	c := strings.Join(rest, ",")
+	if len(sa) > 0 {
+		c += "_" + strings.Join(sa, ",")
+	}
+	return fmt.Sprintf("q%s%s%02d%02d%s_%s_%s", ver, sni, min(len(cs), 99), min(len(es), 99), al,
+		hash(strings.Join(cs, ",")), hash(c))
 }
 
 // compareTshark checks every QUIC record against tshark's dissection of the
@@ -260,6 +324,14 @@ func compareTshark(t *testing.T, file string, recs []*record.Handshake) {
 			}
 			if strings.Join(ch.groups, ",") != strings.Join(ours, ",") {
 				t.Errorf("%s: key_share groups %v, tshark %v", r.Client, ours, ch.groups)
+			}
+			switch {
+			case ch.ja4 == "":
+				t.Logf("%s: no JA4 from tshark's fields", r.Client)
+			case ch.ja4 != r.JA4:
+				t.Errorf("%s: ja4 %s, from tshark's fields %s", r.Client, r.JA4, ch.ja4)
+			default:
+				t.Logf("%s: ja4 %s = JA4 of tshark's fields", r.Client, r.JA4)
 			}
 			t.Logf("%s: ClientHello tshark %d+4 groups %v = ours %d %v", r.Client, ch.length, ch.groups, r.ClientHelloBytes, ours)
 		}

@@ -368,6 +368,20 @@ func (m *Metrics) ParseError(reason string) {
 	m.parseOther.Inc()
 }
 
+// AddParseErrors adds n parse errors of reason (counters mirrored from a
+// sniffer's own tallies). A reason outside the configured set is counted
+// as "other".
+func (m *Metrics) AddParseErrors(reason string, n uint64) {
+	if n == 0 {
+		return
+	}
+	if c, ok := m.parseErrors[reason]; ok {
+		c.Add(float64(n))
+		return
+	}
+	m.parseOther.Add(float64(n))
+}
+
 // LogLine counts one log line by source (LogSource*) and result (LogLine*).
 // Values outside those sets are counted as "other".
 func (m *Metrics) LogLine(source, result string) {

@@ -38,10 +38,11 @@
 //     "/" tuples). The server walks its tuples in order and stops at the
 //     first tuple holding a candidate. Inside that tuple a group the client
 //     sent a key share for wins (existing key shares trump preference order
-//     inside a tuple; among several, server order); if the client sent none
-//     for that tuple, an HRR asks for the tuple's first candidate, even when
-//     the client sent a share for a group of a later tuple. Without tuples
-//     (no "/") every group is its own tuple: strict server preference.
+//     inside a tuple; among several, the client's key_share order); if the
+//     client sent none for that tuple, an HRR asks for the tuple's first
+//     candidate in server order, even when the client sent a share for a
+//     group of a later tuple. A list without "/" is one tuple, as in
+//     OpenSSL; "a / b / c" is strict server preference.
 //     [DefaultPolicy] is OpenSSL 3.5's built-in default.
 //   - [ModeClientShare]: OpenSSL 3.0 to 3.4 (Debian bookworm's nginx): the
 //     first client key share, in the client's order, for a candidate group
@@ -51,12 +52,15 @@
 //     servers in production today, so a forecast can be checked against the
 //     capture it was made from.
 //
-// Go and OpenSSL 3.5 defaults agree for every client that either offers
-// X25519MLKEM768 (both pick it, with an HRR when no share was sent) or sends
-// its share for x25519 or secp256r1; they differ for a client whose only
-// share is for a group of a later OpenSSL tuple (secp384r1, x448, ffdhe*)
-// while it also lists x25519 or secp256r1 (OpenSSL: HRR; Go: takes the
-// share), or that offers only groups Go does not implement.
+// [GoPolicy] and [DefaultPolicy] agree on the outcome for the common
+// populations: clients that send an X25519MLKEM768 share (browsers, Go),
+// clients that list it without a share (HRR under both), and classical
+// clients whose share is for x25519 or secp256r1. They differ for a client
+// whose only share is for secp384r1, x448 or ffdhe* while it also lists
+// x25519 or secp256r1 (OpenSSL asks for the earlier tuple with an HRR, Go
+// takes the share), for clients offering only groups Go does not implement,
+// and in which of two shared classical groups wins (Go: server order;
+// OpenSSL: client key_share order).
 //
 // # The byte model
 //
@@ -72,7 +76,10 @@
 // session id for middlebox compatibility) + 2 suite + 1 compression + 2
 // extensions length + 6 supported_versions + 8 key_share header + share.
 // TLS 1.2-only clients keep their ServerHello (growth 0; the key exchange
-// lives in ServerKeyExchange, which records do not measure).
+// lives in ServerKeyExchange, which records do not measure). Differences
+// between server implementations that have nothing to do with key exchange
+// are outside the model: a TLS 1.2 ServerHello from OpenSSL lists three EC
+// point formats where Go lists one, so it is 2 bytes longer.
 //
 // An HRR (predicted where the observed handshake had none) adds, as an
 // estimate, the HelloRetryRequest itself (the ServerHello's size with the
@@ -131,8 +138,8 @@ func ParseMode(s string) (Mode, error) {
 type Policy struct {
 	// Groups in server preference order.
 	Groups []uint16
-	// Tuple gives, per entry of Groups, its tuple number (ModeTuples);
-	// nil means every group is its own tuple.
+	// Tuple gives, per entry of Groups, its tuple number (ModeTuples):
+	// non-decreasing from 0; nil means one tuple holding every group.
 	Tuple []uint8
 	Mode  Mode
 }
@@ -170,12 +177,14 @@ func ParsePolicy(s string) (Policy, error) {
 		mode, explicit, s = m, true, s[i+1:]
 	}
 	tuples := strings.Contains(s, "/")
-	tuple := uint8(0)
-	for ti, part := range strings.Split(s, "/") {
-		if ti > 255 {
+	tuple := -1
+	for part := range strings.SplitSeq(s, "/") {
+		if strings.Trim(part, ",: ") != "" {
+			tuple++ // empty tuples are dropped, numbers stay dense
+		}
+		if tuple > 255 {
 			return Policy{}, fmt.Errorf("%w: too many tuples", ErrPolicy)
 		}
-		tuple = uint8(ti)
 		for name := range strings.FieldsFuncSeq(part, func(r rune) bool { return r == ',' || r == ':' || r == ' ' }) {
 			name = strings.TrimLeft(name, "*?")
 			g, ok := GroupByName(name)
@@ -189,14 +198,14 @@ func ParsePolicy(s string) (Policy, error) {
 				continue
 			}
 			p.Groups = append(p.Groups, g)
-			p.Tuple = append(p.Tuple, tuple)
+			p.Tuple = append(p.Tuple, uint8(tuple))
 		}
 	}
 	if len(p.Groups) == 0 {
 		return Policy{}, fmt.Errorf("%w: no groups", ErrPolicy)
 	}
-	if !tuples {
-		p.Tuple = nil
+	if !tuples || p.Tuple[len(p.Tuple)-1] == 0 {
+		p.Tuple = nil // one tuple
 	}
 	switch {
 	case explicit:
@@ -235,8 +244,8 @@ func (p *Policy) index(g uint16) int {
 }
 
 func (p *Policy) tuple(i int) int {
-	if p.Tuple == nil || i >= len(p.Tuple) {
-		return i
+	if i >= len(p.Tuple) {
+		return 0
 	}
 	return int(p.Tuple[i])
 }
@@ -325,9 +334,10 @@ type Outcome struct {
 	Group  uint16
 	Reason string
 	// ServerHelloBytes is the predicted final ServerHello, header
-	// included; 0 when it cannot be modelled (group without a known share
-	// size). ServerHelloGrowth is ServerHelloBytes minus the observed
-	// ServerHelloBytes, valid when Modeled.
+	// included; 0 when it cannot be predicted (a group without a known
+	// share size). Modeled reports that the record also has an observed
+	// ServerHello, so ServerHelloGrowth (predicted minus observed) means
+	// something.
 	ServerHelloBytes  int
 	ServerHelloGrowth int
 	Modeled           bool
@@ -423,22 +433,20 @@ func select13(p *Policy, r *record.Handshake) (g uint16, hrr bool) {
 	case ModeTuples:
 		for i := 0; i < len(p.Groups); {
 			t := p.tuple(i)
-			var first uint16
 			j := i
-			for ; j < len(p.Groups) && p.tuple(j) == t; j++ {
-				g := p.Groups[j]
-				if !mutual(g) {
-					continue
-				}
-				if has(shares, g) {
+			for j < len(p.Groups) && p.tuple(j) == t {
+				j++
+			}
+			tup := p.Groups[i:j]
+			for _, g := range shares { // client order
+				if mutual(g) && has(tup, g) {
 					return g, false
 				}
-				if first == 0 {
-					first = g
-				}
 			}
-			if first != 0 {
-				return first, true
+			for _, g := range tup {
+				if mutual(g) {
+					return g, true
+				}
 			}
 			i = j
 		}
@@ -539,7 +547,7 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 		o.Modeled = false
 	}
 	if o.Kind == HRR && !r.HRR {
-		hrrMsg := sh - 2 - newShare // key_share entry becomes the 2-byte group
+		hrrMsg := HelloRetryRequestSize(sh, o.Group)
 		ch2 := r.ClientHelloBytes + 4 + ClientShareSize(o.Group)
 		for _, ks := range r.KeyShares {
 			ch2 -= 4 + ks.Bytes
@@ -549,6 +557,14 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 		}
 		o.HRRBytes = hrrMsg + ch2
 	}
+}
+
+// HelloRetryRequestSize is the size of the HelloRetryRequest a server
+// sends before a TLS 1.3 ServerHello of shBytes bytes for group g: the same
+// message with the key_share entry (group, length, share) cut down to the
+// 2-byte selected group. 88 bytes for a 32-byte session id.
+func HelloRetryRequestSize(shBytes int, g uint16) int {
+	return shBytes - 2 - ServerShareSize(g)
 }
 
 // groupID resolves a record's group name without allocating.

@@ -84,9 +84,11 @@ func TestPredict(t *testing.T) {
 		{"p384 share, go takes it", GoPolicy, hello("13", []uint16{p384, x25519}, []uint16{p384}), want{Classical, p384, ReasonNoPQOffered}, false},
 		{"p384 share, openssl3.5 asks earlier tuple", openssl35, hello("13", []uint16{p384, x25519}, []uint16{p384}), want{HRR, x25519, ReasonNoShare}, false},
 		{"openssl3.0 hrr in client order", openssl30, hello("13", []uint16{x448, p256, x25519}, []uint16{x448}), want{HRR, p256, ReasonNoShare}, false},
-		{"strict server order", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519}), want{HRR, p256, ReasonNoShare}, false},
+		{"strict server order", Policy{Groups: []uint16{p256, x25519}, Tuple: []uint8{0, 1}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519}), want{HRR, p256, ReasonNoShare}, false},
+		{"one tuple takes any share", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519}), want{Classical, x25519, ReasonNoPQOffered}, false},
+		{"tuple: client share order", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519, p256}), want{Classical, x25519, ReasonNoPQOffered}, false},
 		{"kyber draft only", GoPolicy, hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), want{Classical, x25519, ReasonNoMutualPQ}, false},
-		{"policy prefers classical", Policy{Groups: []uint16{x25519, mlkem}, Mode: ModeTuples}, hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), want{Classical, x25519, ReasonPolicyClassic}, false},
+		{"policy prefers classical", Policy{Groups: []uint16{x25519, mlkem}, Tuple: []uint8{0, 1}, Mode: ModeTuples}, hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), want{Classical, x25519, ReasonPolicyClassic}, false},
 		{"tls1.2 client", GoPolicy, hello("12", []uint16{x25519, p256}, nil), want{Classical, x25519, ReasonTLS12}, false},
 		{"tls1.2 client order", GoPolicy, hello("12", []uint16{p384, x25519}, nil), want{Classical, p384, ReasonTLS12}, false},
 		{"tls1.2 no groups", GoPolicy, hello("12", nil, nil), want{Classical, 0, ReasonTLS12}, false},
@@ -154,6 +156,9 @@ func TestParsePolicy(t *testing.T) {
 		{in: "openssl3.0=X25519:prime256v1", want: Policy{Groups: []uint16{x25519, p256}, Mode: ModeClientShare}},
 		{in: "go=SecP256r1MLKEM768, P-384, p-521", want: Policy{Groups: []uint16{p256mk, p384, p521}}},
 		{in: "0x6399", want: Policy{Groups: []uint16{kyber}}},
+		{in: "openssl3.5=x25519:P-256", want: Policy{Groups: []uint16{x25519, p256}, Mode: ModeTuples}},
+		{in: "/ x25519 // P-256 /", want: Policy{Groups: []uint16{x25519, p256}, Tuple: []uint8{0, 1}, Mode: ModeTuples}},
+		{in: "go=/x25519", want: Policy{Groups: []uint16{x25519}}},
 		{in: "bogus", err: true},
 		{in: "", err: true},
 		{in: "x25519,0x0a0a", err: true},
@@ -255,4 +260,36 @@ func BenchmarkPredict(b *testing.B) {
 	for b.Loop() {
 		Predict(DefaultPolicy, r)
 	}
+}
+
+func TestReportHRRToClassical(t *testing.T) {
+	rep := NewReport(GoPolicy)
+	r := seen(hello("13", []uint16{x448, p256}, []uint16{x448}), "TLS1.3", p256, true, 155)
+	if o := rep.Add(r); o.Kind != HRR || o.Reason != ReasonNoShare {
+		t.Fatalf("outcome %+v", o)
+	}
+	rep.Finish()
+	if rep.HRR != 1 || rep.HRRPQ != 0 || rep.ClassicalShare != 1 || rep.HRRShare != 1 || rep.PQShare != 0 {
+		t.Errorf("counts %+v", rep)
+	}
+	if rep.ClassicalReasons[ReasonNoPQOffered] != 1 || len(rep.ClassicalByJA4) != 1 || rep.ClassicalByJA4[0].Reason != ReasonNoPQOffered {
+		t.Errorf("reasons %v tail %+v", rep.ClassicalReasons, rep.ClassicalByJA4)
+	}
+}
+
+func FuzzParsePolicy(f *testing.F) {
+	for _, s := range []string{"X25519MLKEM768,x25519,secp256r1", "?*X25519MLKEM768 / ?*X25519:?secp256r1 / ?X448", "openssl3.0=X25519:prime256v1", "0x11ec", "", "=", "/", "go=/x25519"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePolicy(s)
+		if err != nil {
+			return
+		}
+		back, err := ParsePolicy(p.String())
+		if err != nil || !reflect.DeepEqual(back, p) {
+			t.Fatalf("%q -> %q does not round-trip: %+v vs %+v (%v)", s, p.String(), back, p, err)
+		}
+		Predict(p, hello("13", goDefault, []uint16{mlkem, x25519}))
+	})
 }

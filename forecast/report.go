@@ -40,8 +40,10 @@ type Report struct {
 	Fail      int `json:"fail"`
 	Unknown   int `json:"unknown"`
 
-	// Shares are of Predicted. PQShare counts every handshake that would
-	// end in a PQ group, with or without an HRR.
+	// Shares are of Predicted and overlap: PQShare and ClassicalShare
+	// count every handshake that would end in a PQ (classical) group, with
+	// or without an HRR; HRRShare counts the HRRs of both. PQShare +
+	// ClassicalShare + FailShare = 1.
 	PQShare        float64 `json:"pq_share"`
 	HRRShare       float64 `json:"hrr_share"`
 	ClassicalShare float64 `json:"classical_share"`
@@ -51,6 +53,8 @@ type Report struct {
 	ObservedPQ  int `json:"observed_pq"`
 	ObservedHRR int `json:"observed_hrr"`
 
+	// ClassicalReasons says why each handshake counted in ClassicalShare
+	// stays classical (see the Reason constants).
 	ClassicalReasons map[string]int `json:"classical_reasons"`
 	Groups           map[string]int `json:"groups"` // predicted group -> count
 
@@ -134,7 +138,17 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 		}
 	case Classical:
 		rep.Classical++
-		rep.ClassicalReasons[o.Reason]++
+	case Fail:
+		rep.Fail++
+	}
+	if o.Kind == Classical || o.Kind == HRR && !isPQ(o.Group) {
+		// Why it stays classical; for an HRR to a classical group the
+		// Outcome's reason says why the HRR, so ask again.
+		reason := o.Reason
+		if o.Kind == HRR {
+			reason = classicalReason(&rep.policy, r)
+		}
+		rep.ClassicalReasons[reason]++
 		key := r.JA4
 		if key == "" {
 			key = "none"
@@ -151,7 +165,7 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 				rep.ja4[key] = acc
 			}
 		}
-		acc.add(o.Reason)
+		acc.add(reason)
 		if r.Log != nil {
 			fam := join.UAFamily(r.Log.UserAgent)
 			acc := rep.ua[fam]
@@ -159,10 +173,8 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 				acc = &tailAcc{reasons: map[string]int{}}
 				rep.ua[fam] = acc
 			}
-			acc.add(o.Reason)
+			acc.add(reason)
 		}
-	case Fail:
-		rep.Fail++
 	}
 	if o.Modeled {
 		rep.Modeled++
@@ -230,20 +242,20 @@ func (rep *Report) Text() string {
 		return 100 * float64(n) / float64(rep.Predicted)
 	}
 	fmt.Fprintf(&b, "migration forecast (policy %s)\n", rep.Policy)
-	fmt.Fprintf(&b, "  handshakes          %d (%d with a ClientHello)\n", rep.Handshakes, rep.Predicted)
-	fmt.Fprintf(&b, "  would be PQ         %5.1f%%  %d (%d of them after an HRR); today %d\n", 100*rep.PQShare, rep.PQ+rep.HRRPQ, rep.HRRPQ, rep.ObservedPQ)
-	fmt.Fprintf(&b, "  would need an HRR   %5.1f%%  %d (one extra round trip); today %d\n", 100*rep.HRRShare, rep.HRR, rep.ObservedHRR)
-	fmt.Fprintf(&b, "  would stay classical%5.1f%%  %d\n", 100*rep.ClassicalShare, rep.Classical+rep.HRR-rep.HRRPQ)
+	fmt.Fprintf(&b, "  %-22s %d (%d with a ClientHello)\n", "handshakes", rep.Handshakes, rep.Predicted)
+	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (%d of them after an HRR); today %d\n", "would be PQ", 100*rep.PQShare, rep.PQ+rep.HRRPQ, rep.HRRPQ, rep.ObservedPQ)
+	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (one extra round trip); today %d\n", "would need an HRR", 100*rep.HRRShare, rep.HRR, rep.ObservedHRR)
+	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d\n", "would stay classical", 100*rep.ClassicalShare, rep.Classical+rep.HRR-rep.HRRPQ)
 	if rep.Fail > 0 {
-		fmt.Fprintf(&b, "  would fail          %5.1f%%  %d (no mutual group)\n", pct(rep.Fail), rep.Fail)
+		fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (no mutual group)\n", "would fail", pct(rep.Fail), rep.Fail)
 	}
 	for _, k := range sortedByCount(rep.ClassicalReasons) {
-		fmt.Fprintf(&b, "    %-48s %d\n", k, rep.ClassicalReasons[k])
+		fmt.Fprintf(&b, "    %-50s %d\n", k, rep.ClassicalReasons[k])
 	}
-	fmt.Fprintf(&b, "  ServerHello growth  %+.1f bytes per handshake (%+.1f per PQ handshake; %d modelled)\n",
+	fmt.Fprintf(&b, "  %-22s %+.1f bytes per handshake (%+.1f per PQ handshake; %d modelled)\n", "ServerHello growth",
 		rep.AddedServerHelloBytes, rep.AddedServerHelloBytesPQ, rep.Modeled)
 	if rep.NewHRR > 0 {
-		fmt.Fprintf(&b, "  new HRRs            %d, ~%.0f bytes each (HRR + second ClientHello, estimated)\n", rep.NewHRR, rep.HRRBytesPerNewHRR)
+		fmt.Fprintf(&b, "  %-22s %d, ~%.0f bytes each (HRR + second ClientHello, estimated)\n", "new HRRs", rep.NewHRR, rep.HRRBytesPerNewHRR)
 	}
 	if len(rep.ClassicalByJA4) > 0 {
 		b.WriteString("  staying classical by JA4\n")

@@ -9,6 +9,8 @@ import (
 const (
 	LinkNull      = 0   // BSD loopback, host byte order family
 	LinkEthernet  = 1   // Ethernet II
+	LinkPPP       = 9   // PPP (RFC 1661), optionally HDLC-framed
+	LinkPPPHDLC   = 50  // PPP in HDLC-like framing
 	LinkRaw       = 101 // raw IPv4/IPv6
 	LinkRawAlt    = 12  // DLT_RAW on some BSDs
 	LinkLoop      = 108 // OpenBSD loopback, network byte order family
@@ -104,6 +106,11 @@ func decode(link int, b []byte, p *packet) decodeResult {
 		b = b[20:]
 	case LinkRaw, LinkRawAlt, LinkIPv4, LinkIPv6:
 		return decodeIP(b, p)
+	case LinkPPP, LinkPPPHDLC:
+		if len(b) >= 2 && b[0] == 0xff && b[1] == 0x03 {
+			b = b[2:] // HDLC address and control
+		}
+		return decodePPP(b, p)
 	case LinkNull, LinkLoop:
 		if len(b) < 4 {
 			return decodeShort
@@ -134,6 +141,32 @@ func decode(link int, b []byte, p *packet) decodeResult {
 	}
 	switch etherType {
 	case 0x0800, 0x86dd:
+		return decodeIP(b, p)
+	case 0x8864: // PPPoE session: 6-byte header, then PPP
+		if len(b) < 6 {
+			return decodeShort
+		}
+		return decodePPP(b[6:], p)
+	}
+	return decodeNotIP
+}
+
+// decodePPP reads the PPP protocol field (1 or 2 bytes, RFC 1661 §6.5).
+func decodePPP(b []byte, p *packet) decodeResult {
+	if len(b) < 1 {
+		return decodeShort
+	}
+	var proto uint16
+	if b[0]&1 == 1 { // compressed 1-byte protocol
+		proto, b = uint16(b[0]), b[1:]
+	} else {
+		if len(b) < 2 {
+			return decodeShort
+		}
+		proto, b = binary.BigEndian.Uint16(b), b[2:]
+	}
+	switch proto {
+	case 0x0021, 0x0057:
 		return decodeIP(b, p)
 	}
 	return decodeNotIP

@@ -129,29 +129,45 @@ func (s *Sniffer) advance(f *flow, d int, ts time.Time) {
 		if len(st.buf) < 6 {
 			return
 		}
-		if !tlsparse.LooksLikeTLS(st.buf) {
-			s.ignore(f)
-			return
+		if st.tlsStart < 0 {
+			switch {
+			case looksLikeHello(st.buf, false):
+				st.tlsStart = 0
+			case looksLikeHello(st.buf, true):
+				// Server bytes seen before any client bytes: wait for
+				// the client's ClientHello to decide.
+				if f.clientDir < 0 {
+					f.clientDir = int8(1 - d)
+				}
+				return
+			case plainHTTP(st.buf):
+				s.ignore(f)
+				return
+			default:
+				// A plaintext prelude (STARTTLS, HTTP CONNECT, a
+				// database's SSL request) may come first: look for a
+				// ClientHello at a later segment boundary, for a while.
+				if off := st.findTLS(false); off > 0 {
+					st.tlsStart = off
+				} else {
+					if len(st.buf) > s.cfg.MaxPlaintextScan || len(st.starts) >= maxStarts {
+						s.ignore(f)
+					}
+					return
+				}
+			}
 		}
-		switch st.buf[5] {
-		case tlsparse.TypeClientHello:
-			if f.clientDir >= 0 && int(f.clientDir) != d {
+		if f.clientDir >= 0 && int(f.clientDir) != d {
+			// The side that sent the SYN is the client; a ClientHello
+			// from the other side is not a handshake we understand.
+			if f.dir[1-d].synSeen && !f.dir[d].synSeen {
 				s.ignore(f)
 				return
 			}
-			f.clientDir = int8(d)
-			f.state = stTLS
-		case tlsparse.TypeServerHello:
-			// Server bytes seen before any client bytes: wait for the
-			// client's ClientHello to decide.
-			if f.clientDir < 0 {
-				f.clientDir = int8(1 - d)
-			}
-			return
-		default:
-			s.ignore(f)
-			return
 		}
+		f.clientDir = int8(d)
+		f.state = stTLS
+		st.recOff = st.tlsStart
 	}
 	if f.state != stTLS {
 		return
@@ -169,6 +185,26 @@ func (s *Sniffer) advance(f *flow, d int, ts time.Time) {
 func (s *Sniffer) parseRecords(f *flow, d int) {
 	st := &f.dir[d]
 	isClient := d == int(f.clientDir)
+	if st.tlsStart < 0 {
+		// The server's TLS has not been located yet (a plaintext prelude
+		// may precede it).
+		switch {
+		case len(st.buf) < 6:
+			return
+		case looksLikeHello(st.buf, !isClient):
+			st.tlsStart = 0
+		default:
+			off := st.findTLS(!isClient)
+			if off < 0 {
+				if len(st.buf) > s.cfg.MaxPlaintextScan {
+					st.encrypted = true // give up on this direction
+				}
+				return
+			}
+			st.tlsStart = off
+		}
+		st.recOff = st.tlsStart
+	}
 	for !st.encrypted && f.state == stTLS {
 		b := st.buf[st.recOff:]
 		if len(b) < 5 {
@@ -249,7 +285,7 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 	fillClientHello(r, &s.ch, 't', s.scratch())
 	end := st.streamEndOf(n)
 	if end > 0 {
-		r.ClientHelloSegments = st.segmentsBefore(end)
+		r.ClientHelloSegments = st.segmentsIn(st.tlsStart, end)
 		c := int(f.clientDir)
 		mss := int(f.mss[1-c]) // what the server said it can receive
 		if mss == 0 {
@@ -260,7 +296,7 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 				mss -= 12
 			}
 			if mss > 0 {
-				r.ClientHelloWireSegments = (end + mss - 1) / mss
+				r.ClientHelloWireSegments = (end - st.tlsStart + mss - 1) / mss
 			}
 		}
 	}
@@ -285,8 +321,8 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 		switch b[0] {
 		case tlsparse.TypeServerHello:
 			if f.shFirstTS.IsZero() {
-				f.shFirstTS = st.firstTS
-				r.HandshakeRTTMicros = st.firstTS.Sub(r.TS).Microseconds()
+				f.shFirstTS = st.tsAt(st.tlsStart)
+				r.HandshakeRTTMicros = f.shFirstTS.Sub(r.TS).Microseconds()
 				if r.HandshakeRTTMicros < 0 {
 					r.HandshakeRTTMicros = 0
 				}
@@ -346,7 +382,7 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 	}
 	st := &f.dir[c]
 	r := &record.Handshake{
-		TS:               st.firstTS.UTC(),
+		TS:               st.tsAt(st.tlsStart).UTC(),
 		Transport:        record.TransportTCP,
 		Client:           client.String(),
 		Server:           server.String(),
@@ -450,6 +486,7 @@ func (s *Sniffer) newFlow(key flowKey) *flow {
 	}
 	f.key = key
 	f.clientDir = -1
+	f.dir[0].tlsStart, f.dir[1].tlsStart = -1, -1
 	s.flows[key] = f
 	s.stats.Flows++
 	f.next = s.head
@@ -502,6 +539,17 @@ func (s *Sniffer) remove(f *flow) {
 	if len(s.free) < 1024 {
 		s.free = append(s.free, f)
 	}
+}
+
+// plainHTTP reports a plaintext HTTP request or response (never followed
+// by TLS on the same connection; CONNECT is not matched, it precedes TLS).
+func plainHTTP(b []byte) bool {
+	for _, p := range [...]string{"GET ", "POST", "PUT ", "HEAD", "DELE", "OPTI", "PATC", "PRI "} {
+		if len(b) >= len(p) && string(b[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
 }
 
 // handshakeLen is a handshake message's total length, 4-byte header

@@ -27,6 +27,10 @@ type Config struct {
 	// MaxStreamBytes caps the bytes kept per direction until the
 	// handshake is decided. Default 64 KiB.
 	MaxStreamBytes int
+	// MaxPlaintextScan is how many bytes of a plaintext prelude
+	// (STARTTLS, HTTP CONNECT, database SSL requests) a direction may hold
+	// while the sniffer looks for a ClientHello after it. Default 4 KiB.
+	MaxPlaintextScan int
 	// MaxQUICConns caps QUIC connection state. Default 16384.
 	MaxQUICConns int
 	// Ports, when not empty, narrows the packets examined to TCP/UDP
@@ -46,6 +50,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxStreamBytes <= 0 {
 		c.MaxStreamBytes = 64 << 10
+	}
+	if c.MaxPlaintextScan <= 0 {
+		c.MaxPlaintextScan = 4 << 10
 	}
 	if c.MaxQUICConns <= 0 {
 		c.MaxQUICConns = 16384

@@ -22,8 +22,14 @@ type stream struct {
 
 	firstTS time.Time // capture time of the segment carrying offset 0
 	// starts records the distinct stream offsets at which data segments
-	// began (bounded), to count the segments that carried a message.
-	starts []uint32
+	// began (bounded), to count the segments that carried a message, and
+	// startTS their capture times.
+	starts  []uint32
+	startTS []time.Time
+	// tlsStart is the stream offset where TLS begins: 0 normally, later
+	// after a plaintext prelude (STARTTLS, CONNECT, database SSL
+	// requests); -1 while unknown.
+	tlsStart int
 
 	// TLS record-layer cursor over buf, and the handshake-message stream
 	// built from handshake records.
@@ -48,8 +54,8 @@ type recSpan struct {
 const maxStarts = 64
 
 func (s *stream) reset() {
-	buf, hs, pend, starts, rm := s.buf[:0], s.hs[:0], s.pending[:0], s.starts[:0], s.recMap[:0]
-	*s = stream{buf: buf, hs: hs, pending: pend, starts: starts, recMap: rm}
+	buf, hs, pend, starts, sts, rm := s.buf[:0], s.hs[:0], s.pending[:0], s.starts[:0], s.startTS[:0], s.recMap[:0]
+	*s = stream{buf: buf, hs: hs, pending: pend, starts: starts, startTS: sts, recMap: rm, tlsStart: -1}
 }
 
 // add places a data segment with sequence number seq. It reports whether
@@ -86,6 +92,7 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 	off := uint32(rel)
 	if len(s.starts) < maxStarts && !containsU32(s.starts, off) {
 		s.starts = append(s.starts, off)
+		s.startTS = append(s.startTS, ts)
 	}
 	end := int(off) + len(data)
 	if end > limit {
@@ -158,16 +165,69 @@ func (s *stream) rebase(d uint32) {
 	s.firstTS = time.Time{}
 }
 
-// segmentsBefore counts the distinct captured segments that began before
-// stream offset end.
-func (s *stream) segmentsBefore(end int) int {
+// looksLikeHello reports whether b begins with a TLS handshake record
+// holding a ClientHello (client) or ServerHello (server), or, for a
+// server, a 2-byte plaintext alert record.
+func looksLikeHello(b []byte, server bool) bool {
+	if len(b) < 6 || b[1] != 3 || b[2] > 4 {
+		return false
+	}
+	n := int(b[3])<<8 | int(b[4])
+	switch b[0] {
+	case 22:
+		if n == 0 || n > 16384+2048 {
+			return false
+		}
+		if server {
+			return b[5] == 2
+		}
+		return b[5] == 1
+	case 21:
+		return server && n == 2
+	}
+	return false
+}
+
+// segmentsIn counts the distinct captured segments that began in
+// [from, end).
+func (s *stream) segmentsIn(from, end int) int {
 	n := 0
 	for _, o := range s.starts {
-		if int(o) < end {
+		if int(o) >= from && int(o) < end {
 			n++
 		}
 	}
 	return n
+}
+
+// tsAt is the capture time of the segment that began at offset off, or
+// firstTS when it is not known.
+func (s *stream) tsAt(off int) time.Time {
+	for i, o := range s.starts {
+		if int(o) == off {
+			return s.startTS[i]
+		}
+	}
+	return s.firstTS
+}
+
+// findTLS looks for the start of TLS in a prefix that did not begin with
+// it: a segment boundary where a handshake record of one of the wanted
+// types (or, for a server, a plaintext alert) begins. It reports the
+// offset, or -1.
+func (s *stream) findTLS(server bool) int {
+	best := -1
+	for _, o := range s.starts {
+		off := int(o)
+		if off == 0 || off+6 > len(s.buf) || (best >= 0 && off > best) {
+			continue
+		}
+		b := s.buf[off:]
+		if looksLikeHello(b, server) {
+			best = off
+		}
+	}
+	return best
 }
 
 // streamEndOf maps an end offset in the handshake stream to the stream

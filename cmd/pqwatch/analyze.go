@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -163,7 +164,7 @@ func fileErrReason(err error) string {
 type analysis struct {
 	format string
 	out    *bufio.Writer
-	jsonl  *json.Encoder
+	jsonl  *exporter.JSONL
 	sum    *report.Summary
 	recs   []*record.Handshake
 	join   *logJoin
@@ -177,7 +178,7 @@ func newAnalysis(cf *commonFlags, out io.Writer) (*analysis, error) {
 	}
 	a.join = j
 	if a.format == "jsonl" {
-		a.jsonl = json.NewEncoder(a.out)
+		a.jsonl = exporter.NewJSONL(a.out)
 	}
 	return a, nil
 }
@@ -194,7 +195,7 @@ func (a *analysis) record(r *record.Handshake) {
 func (a *analysis) emit(r *record.Handshake) {
 	a.sum.Add(r)
 	if a.jsonl != nil {
-		_ = a.jsonl.Encode(r)
+		_ = a.jsonl.Write(r)
 	}
 }
 
@@ -221,6 +222,7 @@ func (a *analysis) finish(st sniffer.Stats) error {
 	var err error
 	switch a.format {
 	case "jsonl":
+		err = a.jsonl.Flush()
 	case "json":
 		enc := json.NewEncoder(a.out)
 		enc.SetIndent("", "  ")

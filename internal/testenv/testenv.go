@@ -291,7 +291,7 @@ func StartCapture(t testing.TB, ns, iface, filter string) *Capture {
 	t.Helper()
 	NeedBin(t, "tcpdump")
 	c := &Capture{File: filepath.Join(t.TempDir(), "capture.pcap"), done: make(chan error, 1)}
-	args := []string{"-i", iface, "-U", "-n", "-s", "0", "-w", c.File}
+	args := []string{"-i", iface, "-U", "--immediate-mode", "-n", "-s", "0", "-w", c.File}
 	if filter != "" {
 		args = append(args, filter)
 	}
@@ -329,7 +329,7 @@ func (c *Capture) Stop() {
 	if c.cmd.Process == nil || c.cmd.ProcessState != nil {
 		return
 	}
-	time.Sleep(500 * time.Millisecond) // let the last packets land
+	time.Sleep(1200 * time.Millisecond) // let the last packets land (tcpdump may hold them ~1s)
 	c.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-c.done:

@@ -99,17 +99,21 @@ type conn struct {
 	// Source Connection IDs of the Retry packets seen. A client acts on
 	// the first Retry only, but a capture can hold several (a server may
 	// send more than one): remember a few and accept any of them.
-	retrySCID  [maxRetries][MaxCIDLen]byte
-	retryLen   [maxRetries]uint8
-	retries    int
-	chStarted  bool
-	chDone     bool
-	chDead     bool // can never complete (overflow, not a ClientHello)
-	shDone     bool
-	shOff      int // server stream offset of the next message
-	done       bool
-	lastSeen   time.Time
-	prev, next *conn
+	retrySCID [maxRetries][MaxCIDLen]byte
+	retryLen  [maxRetries]uint8
+	retries   int
+	chStarted bool
+	// chFirstSeen is when the first ClientHello bytes (any offset) were
+	// captured: FirstTS when byte 0 itself was never captured.
+	chFirstSeen time.Time
+	chDone      bool
+	chDead      bool // can never complete (overflow, not a ClientHello)
+	chNotHello  bool // the client handshake stream is not a ClientHello: no record
+	shDone      bool
+	shOff       int // server stream offset of the next message
+	done        bool
+	lastSeen    time.Time
+	prev, next  *conn
 }
 
 // Stat names, in the order of the counters.
@@ -470,6 +474,9 @@ func (t *Tracker) frames(c *conn, dir int, ts time.Time, plain []byte) {
 				if f.Offset == 0 && c.pub.FirstTS.IsZero() {
 					c.pub.FirstTS = ts
 				}
+				if c.chFirstSeen.IsZero() {
+					c.chFirstSeen = ts
+				}
 			} else if c.pub.ServerHelloTS.IsZero() {
 				c.pub.ServerHelloTS = ts
 			}
@@ -505,6 +512,7 @@ func (t *Tracker) clientHello(c *conn) {
 	if s.buf[0] != 1 { // not a ClientHello
 		t.stats[statBadHandshake]++
 		c.chDead = true
+		c.chNotHello = true
 		s.release()
 		return
 	}
@@ -563,7 +571,10 @@ func (t *Tracker) deliver(c *conn) {
 	c.done = true
 	p := c.pub
 	c.pub = nil
-	p.ClientHelloTruncated = c.chStarted && !c.chDone
+	p.ClientHelloTruncated = c.chStarted && !c.chDone && !c.chNotHello
+	if p.FirstTS.IsZero() {
+		p.FirstTS = c.chFirstSeen
+	}
 	c.streams[dirClient].release()
 	c.streams[dirServer].release()
 	t.stats[statDelivered]++

@@ -1,0 +1,323 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// startGoServer runs a crypto/tls server with default (hybrid-first)
+// preferences in namespace ns.
+func startGoServer(t *testing.T, ns, addr string) {
+	t.Helper()
+	_, _, cert := testenv.Cert(t, t.TempDir())
+	ln, err := testenv.Listen(ns, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: true})
+				s.SetDeadline(time.Now().Add(5 * time.Second))
+				if s.Handshake() != nil {
+					return
+				}
+				br := bufio.NewReader(s)
+				for {
+					l, err := br.ReadString('\n')
+					if err != nil || l == "\r\n" {
+						break
+					}
+				}
+				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+}
+
+// clientGroup makes one TLS connection from ns and returns the group the
+// client negotiated ("" when the handshake failed).
+func clientGroup(ns, addr string, curves []tls.CurveID, maxVer uint16) string {
+	c, err := testenv.Dial(ns, addr, 5*time.Second)
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "pqwatch.test", CurvePreferences: curves, MaxVersion: maxVer})
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if tc.Handshake() != nil {
+		return ""
+	}
+	g := tlsparse.Group(tc.ConnectionState().CurveID).String()
+	fmt.Fprintf(tc, "GET / HTTP/1.1\r\nHost: pqwatch.test\r\nConnection: close\r\n\r\n")
+	io.Copy(io.Discard, tc)
+	return g
+}
+
+// scrape returns the metrics text and the handshakes_total sum by group
+// for outcome ok, and the count of failed outcomes.
+func scrape(t *testing.T, base string) (string, map[string]float64, float64) {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	groups := map[string]float64{}
+	failed := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, "pqwatch_handshakes_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, _ := strconv.ParseFloat(line[i+1:], 64)
+		labels := line[len("pqwatch_handshakes_total{") : strings.IndexByte(line, '}')]
+		m := map[string]string{}
+		for _, kv := range strings.Split(labels, ",") {
+			if k, val, ok := strings.Cut(kv, "="); ok {
+				m[k] = strings.Trim(val, `"`)
+			}
+		}
+		if m["outcome"] == "ok" {
+			groups[m["group"]] += v
+		} else {
+			failed += v
+		}
+	}
+	return string(body), groups, failed
+}
+
+// TestLiveAgentNamespaces: real nginx from Debian and a Go hybrid server in
+// one namespace, real clients in another, pqwatch capturing on the veth.
+// The counts per group on /metrics equal what the clients report; promtool
+// accepts the scrape; a real Prometheus scraping pqwatch computes the PQ
+// share with the shipped recording rule.
+func TestLiveAgentNamespaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	testenv.NeedBin(t, "nginx")
+	pair := testenv.NewPair(t, 1500)
+	testenv.StartNginx(t, testenv.NginxOptions{NS: pair.S, Listen: "443", ECDHCurve: "X25519:prime256v1"})
+	startGoServer(t, pair.S, ":8443")
+
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs = make(chan *record.Handshake, 1000)
+	var a *agent.Agent
+	// The capture sockets are made inside the server namespace.
+	err = testenv.InNS(pair.S, func() (err error) {
+		a, err = agent.New(agent.Config{
+			Ifaces: []string{pair.SIf}, Ports: []uint16{443, 8443}, Workers: 2, Listener: ml,
+			OnRecord: func(r *record.Handshake) { recs <- r },
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	base := "http://" + ml.Addr().String()
+
+	// A real Prometheus scraping pqwatch every second with the shipped rules.
+	promBase := startPrometheus(t, ml.Addr().String())
+	time.Sleep(2500 * time.Millisecond) // two scrapes of all-zero series first
+
+	want := map[string]float64{}
+	wantFailed := 0.0
+	nginx, gosrv := net.JoinHostPort(pair.SAddr, "443"), net.JoinHostPort(pair.SAddr, "8443")
+	kinds := []struct {
+		curves []tls.CurveID
+		maxVer uint16
+	}{{nil, 0}, {[]tls.CurveID{tls.X25519}, 0}, {[]tls.CurveID{tls.CurveP256}, 0}, {[]tls.CurveID{tls.X25519MLKEM768}, 0}, {nil, tls.VersionTLS12}}
+	for round := range 6 {
+		for _, srv := range []string{nginx, gosrv} {
+			for _, k := range kinds {
+				g := clientGroup(pair.C, srv, k.curves, k.maxVer)
+				if g == "" {
+					wantFailed++
+				} else {
+					want[g]++
+				}
+			}
+		}
+		_ = round
+	}
+	var total float64
+	for _, v := range want {
+		total += v
+	}
+	var groups map[string]float64
+	var failed float64
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		body, groups, failed = scrape(t, base)
+		var sum float64
+		for _, v := range groups {
+			sum += v
+		}
+		if sum >= total && failed >= wantFailed {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for g, n := range want {
+		if groups[g] != n {
+			t.Errorf("group %s: /metrics says %v, clients negotiated %v", g, groups[g], n)
+		}
+	}
+	for g, n := range groups {
+		if want[g] == 0 && n != 0 {
+			t.Errorf("group %s: /metrics says %v, no client negotiated it", g, n)
+		}
+	}
+	if failed != wantFailed {
+		t.Errorf("failed handshakes: /metrics %v, clients %v", failed, wantFailed)
+	}
+	t.Logf("clients: %v failed %v; metrics: %v failed %v", want, wantFailed, groups, failed)
+
+	// promtool check metrics on the scrape.
+	if pt, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.Command(pt, "check", "metrics")
+		cmd.Stdin = strings.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics: %v\n%s", err, out)
+		}
+	}
+	// The recording rule's PQ share equals the clients' share.
+	if promBase != "" {
+		wantShare := want["X25519MLKEM768"] / total
+		var got float64
+		ok := false
+		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+			if v, found := promQuery(t, promBase, "pqwatch:pq_share:ratio_rate5m"); found {
+				got, ok = v, true
+				if math.Abs(got-wantShare) < 1e-6 {
+					break
+				}
+			}
+		}
+		if !ok {
+			t.Error("Prometheus never evaluated pqwatch:pq_share:ratio_rate5m")
+		} else if math.Abs(got-wantShare) > 1e-6 {
+			t.Errorf("recording rule PQ share %v, clients %v", got, wantShare)
+		} else {
+			t.Logf("Prometheus recording rule pqwatch:pq_share:ratio_rate5m = %v (clients: %v)", got, wantShare)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(recs)
+	n := 0
+	for r := range recs {
+		n++
+		if r.Transport != record.TransportTCP || r.Client == "" {
+			t.Errorf("bad record %+v", r)
+		}
+	}
+	if float64(n) != total+wantFailed {
+		t.Errorf("%d records, %v client connections", n, total+wantFailed)
+	}
+}
+
+// startPrometheus runs the Debian prometheus against target with the
+// shipped rules; "" when prometheus is not installed.
+func startPrometheus(t *testing.T, target string) string {
+	t.Helper()
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		t.Log("prometheus not installed: recording-rule check skipped")
+		return ""
+	}
+	dir := t.TempDir()
+	rules, _ := filepath.Abs(filepath.Join("..", "deploy", "prometheus", "rules.yml"))
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: pqwatch
+    static_configs:
+      - targets: [%q]
+`, rules, target)
+	os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base := "http://" + addr
+	for range 100 {
+		if resp, err := http.Get(base + "/-/ready"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return base
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("prometheus did not become ready")
+	return ""
+}
+
+// promQuery evaluates an instant query and returns the first sample.
+func promQuery(t *testing.T, base, q string) (float64, bool) {
+	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Data struct {
+			Result []struct {
+				Value [2]any `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&r) != nil || len(r.Data.Result) == 0 {
+		return 0, false
+	}
+	s, _ := r.Data.Result[0].Value[1].(string)
+	v, err := strconv.ParseFloat(s, 64)
+	return v, err == nil && !math.IsNaN(v)
+}

@@ -1,0 +1,334 @@
+package deploy
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// The metric names of SPEC.md and the exporter (the contract the rules and
+// dashboards are written against).
+var knownMetrics = []string{
+	"pqwatch_handshakes_total",
+	"pqwatch_client_hello_bytes",
+	"pqwatch_server_hello_bytes",
+	"pqwatch_client_hello_segments",
+	"pqwatch_handshake_rtt_seconds",
+	"pqwatch_pq_offered_total",
+	"pqwatch_forecast_handshakes_total",
+	"pqwatch_parse_errors_total",
+	"pqwatch_log_lines_total",
+	"pqwatch_log_joins_total",
+	"pqwatch_kafka_messages_total",
+	"pqwatch_capture_packets_total",
+	"pqwatch_capture_drops_total",
+	"pqwatch_flows_evicted_total",
+	"pqwatch_flows_active",
+	"pqwatch_generation_info",
+	"pqwatch_generation_handshakes_total",
+	"pqwatch_generation_cpu_seconds_total",
+	"pqwatch_generation_resident_bytes",
+	"pqwatch_generation_workers",
+	"pqwatch_swap_events_total",
+	"pqwatch_swap_failed_total",
+	"pqwatch_build_info",
+}
+
+type promExpr struct {
+	from string // file and place, for messages
+	expr string // as Prometheus will see it (Grafana variables replaced)
+}
+
+type dashboard struct {
+	UID        string `json:"uid"`
+	Title      string `json:"title"`
+	Templating struct {
+		List []struct {
+			Name  string          `json:"name"`
+			Type  string          `json:"type"`
+			Query json.RawMessage `json:"query"`
+		} `json:"list"`
+	} `json:"templating"`
+	Annotations struct {
+		List []struct {
+			Name       string         `json:"name"`
+			Expr       string         `json:"expr"`
+			Datasource map[string]any `json:"datasource"`
+		} `json:"list"`
+	} `json:"annotations"`
+	Panels []panel `json:"panels"`
+}
+
+type panel struct {
+	ID         int            `json:"id"`
+	Type       string         `json:"type"`
+	Title      string         `json:"title"`
+	Datasource map[string]any `json:"datasource"`
+	GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
+	Targets    []struct {
+		RefID      string         `json:"refId"`
+		Expr       string         `json:"expr"`
+		Datasource map[string]any `json:"datasource"`
+	} `json:"targets"`
+	Panels []panel `json:"panels"`
+}
+
+func loadDashboards(t *testing.T) map[string]dashboard {
+	t.Helper()
+	files, err := filepath.Glob("grafana/dashboards/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no dashboards: %v", err)
+	}
+	out := map[string]dashboard{}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d dashboard
+		if err := json.Unmarshal(data, &d); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[f] = d
+	}
+	return out
+}
+
+// grafanaVars replaces the dashboard's variables by values Prometheus accepts.
+var grafanaVars = strings.NewReplacer(
+	"${datasource}", "prometheus",
+	"$__rate_interval", "5m",
+	"$__interval", "1m",
+	"$__range", "1h",
+	"${instance}", ".*",
+	"$instance", ".*",
+	"${generation}", ".*",
+	"$generation", ".*",
+)
+
+// allPromQL returns every PromQL expression of rules.yml and the dashboards.
+func allPromQL(t *testing.T) []promExpr {
+	t.Helper()
+	var out []promExpr
+	data, err := os.ReadFile("prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		Groups []ruleGroup `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatalf("rules.yml: %v", err)
+	}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			out = append(out, promExpr{"rules.yml " + r.Record + r.Alert, r.Expr})
+		}
+	}
+	for f, d := range loadDashboards(t) {
+		for _, a := range d.Annotations.List {
+			if a.Expr != "" {
+				out = append(out, promExpr{f + " annotation " + a.Name, grafanaVars.Replace(a.Expr)})
+			}
+		}
+		for _, p := range flatPanels(d.Panels) {
+			for _, tg := range p.Targets {
+				out = append(out, promExpr{f + " panel " + p.Title + " " + tg.RefID, grafanaVars.Replace(tg.Expr)})
+			}
+		}
+	}
+	return out
+}
+
+func flatPanels(ps []panel) []panel {
+	var out []panel
+	for _, p := range ps {
+		out = append(out, p)
+		out = append(out, flatPanels(p.Panels)...)
+	}
+	return out
+}
+
+func TestDashboards(t *testing.T) {
+	recorded := recordedNames(t)
+	metricRef := regexp.MustCompile(`\b(pqwatch_[a-z0-9_]+|[a-z_]+:pqwatch_[a-z0-9_]+:[a-z0-9_]+|pqwatch:[a-z0-9_]+:[a-z0-9_]+)\b`)
+	used := map[string]bool{}
+	for f, d := range loadDashboards(t) {
+		if d.UID == "" || d.Title == "" {
+			t.Errorf("%s: needs uid and title", f)
+		}
+		var vars []string
+		for _, v := range d.Templating.List {
+			vars = append(vars, v.Name)
+		}
+		for _, want := range []string{"datasource", "instance", "generation"} {
+			if !slices.Contains(vars, want) {
+				t.Errorf("%s: no $%s variable", f, want)
+			}
+		}
+		// Swap events are annotations.
+		swapAnn := false
+		for _, a := range d.Annotations.List {
+			if strings.Contains(a.Expr, "pqwatch_swap_events_total") {
+				swapAnn = true
+			}
+			if a.Expr != "" && a.Datasource["uid"] != "${datasource}" {
+				t.Errorf("%s: annotation %s does not use ${datasource}", f, a.Name)
+			}
+		}
+		if !swapAnn {
+			t.Errorf("%s: no annotation of pqwatch_swap_events_total", f)
+		}
+		ids := map[int]bool{}
+		var titles []string
+		for _, p := range flatPanels(d.Panels) {
+			if ids[p.ID] {
+				t.Errorf("%s: duplicate panel id %d", f, p.ID)
+			}
+			ids[p.ID] = true
+			titles = append(titles, p.Title)
+			if p.GridPos.W <= 0 || p.GridPos.X+p.GridPos.W > 24 || p.GridPos.H <= 0 {
+				t.Errorf("%s: panel %q gridPos %+v outside the 24-column grid", f, p.Title, p.GridPos)
+			}
+			if p.Type == "row" {
+				continue
+			}
+			if p.Datasource["uid"] != "${datasource}" {
+				t.Errorf("%s: panel %q datasource %v, want ${datasource}", f, p.Title, p.Datasource)
+			}
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q has no query", f, p.Title)
+			}
+			for _, tg := range p.Targets {
+				if strings.TrimSpace(tg.Expr) == "" {
+					t.Errorf("%s: panel %q target %s has no expr", f, p.Title, tg.RefID)
+				}
+				for _, m := range metricRef.FindAllString(tg.Expr, -1) {
+					used[m] = true
+					base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count"), "")
+					if !slices.Contains(knownMetrics, base) && !recorded[m] {
+						t.Errorf("%s: panel %q uses %s, neither a pqwatch metric nor a recording rule", f, p.Title, m)
+					}
+				}
+			}
+		}
+		for _, want := range []string{"PQ share by server", "PQ share by server generation", "Mean ServerHello bytes by group",
+			"HelloRetryRequest ratio by server", "Failure ratio by server", "ClientHello segments", "Capture drops (ring full)",
+			"Flows: active and evicted", "Parse errors by reason", "Kafka messages by result", "Swap events"} {
+			if !slices.Contains(titles, want) {
+				t.Errorf("%s: no panel %q", f, want)
+			}
+		}
+	}
+	// Every agent-health and migration metric is on a dashboard.
+	for _, m := range knownMetrics {
+		found := false
+		for u := range used {
+			if strings.HasPrefix(u, m) {
+				found = true
+			}
+		}
+		if !found && m != "pqwatch_handshakes_total" {
+			t.Errorf("metric %s is on no dashboard", m)
+		}
+	}
+}
+
+// recordedNames returns the names rules.yml records.
+func recordedNames(t *testing.T) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile("prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		Groups []ruleGroup `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, g := range rf.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				out[r.Record] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestRulesUseKnownMetrics: every series a rule reads is a pqwatch metric, a
+// recorded series, or `up`.
+func TestRulesUseKnownMetrics(t *testing.T) {
+	recorded := recordedNames(t)
+	ref := regexp.MustCompile(`\b(pqwatch_[a-z0-9_]+|[a-z_]+:pqwatch_[a-z0-9_]+:[a-z0-9_]+|pqwatch:[a-z0-9_]+:[a-z0-9_]+)\b`)
+	for _, e := range allPromQL(t) {
+		if !strings.HasPrefix(e.from, "rules.yml") {
+			continue
+		}
+		for _, m := range ref.FindAllString(e.expr, -1) {
+			base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
+			if !slices.Contains(knownMetrics, base) && !recorded[m] {
+				t.Errorf("%s reads %s, neither a pqwatch metric nor a recording rule", e.from, m)
+			}
+		}
+	}
+}
+
+func TestGrafanaProvisioning(t *testing.T) {
+	var ds struct {
+		APIVersion  int `json:"apiVersion"`
+		Datasources []struct {
+			Name      string         `json:"name"`
+			UID       string         `json:"uid"`
+			Type      string         `json:"type"`
+			Access    string         `json:"access"`
+			URL       string         `json:"url"`
+			IsDefault bool           `json:"isDefault"`
+			Editable  bool           `json:"editable"`
+			JSONData  map[string]any `json:"jsonData"`
+		} `json:"datasources"`
+	}
+	strictFile(t, "grafana/provisioning/datasources/pqwatch-prometheus.yaml", &ds)
+	if ds.APIVersion != 1 || len(ds.Datasources) != 1 || ds.Datasources[0].Type != "prometheus" || ds.Datasources[0].URL == "" {
+		t.Errorf("datasource provisioning: %+v", ds)
+	}
+	var dp struct {
+		APIVersion int `json:"apiVersion"`
+		Providers  []struct {
+			Name                  string `json:"name"`
+			OrgID                 int    `json:"orgId"`
+			Folder                string `json:"folder"`
+			Type                  string `json:"type"`
+			DisableDeletion       bool   `json:"disableDeletion"`
+			AllowUIUpdates        bool   `json:"allowUiUpdates"`
+			UpdateIntervalSeconds int    `json:"updateIntervalSeconds"`
+			Options               struct {
+				Path                      string `json:"path"`
+				FoldersFromFilesStructure bool   `json:"foldersFromFilesStructure"`
+			} `json:"options"`
+		} `json:"providers"`
+	}
+	strictFile(t, "grafana/provisioning/dashboards/pqwatch.yaml", &dp)
+	if dp.APIVersion != 1 || len(dp.Providers) != 1 || dp.Providers[0].Type != "file" || dp.Providers[0].Options.Path == "" {
+		t.Errorf("dashboard provisioning: %+v", dp)
+	}
+}
+
+func strictFile(t *testing.T, path string, v any) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.UnmarshalStrict(data, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
