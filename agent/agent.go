@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,12 +112,15 @@ func New(cfg Config) (*Agent, error) {
 		a.policy = *cfg.Forecast
 	}
 	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...))
-	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: cfg.Workers, Logger: cfg.Logger})
+	n := cfg.Workers
+	if n <= 0 {
+		n = runtime.NumCPU()
+	}
+	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.capt = capt
-	n := capt.Workers()
 	for range n {
 		w := &worker{}
 		sc := cfg.Sniffer

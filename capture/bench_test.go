@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,13 +71,16 @@ func startRun(tb testing.TB, c *Capture, handle Handler) (*Capture, func()) {
 	ctx, cancel := contextWithCancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx, handle) }()
+	var once sync.Once
 	stop := func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			tb.Errorf("Run did not return")
-		}
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				tb.Errorf("Run did not return")
+			}
+		})
 	}
 	tb.Cleanup(stop)
 	return c, stop

@@ -402,9 +402,23 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 			hostMounts[v.HostPath.Path] = m.MountPath
 		}
 	}
-	for host, want := range map[string]string{"/var/log/nginx": "/var/log/nginx", "/var/log/caddy": "/var/log/caddy", "/proc": "/host/proc"} {
-		if got, ok := hostMounts[host]; !ok || got != want {
-			t.Errorf("hostPath %s mounted at %q, want %s read-only", host, got, want)
+	// Log directories appear at their host paths (the flags name the same
+	// files inside and outside the pod); /proc at /host/proc.
+	for _, name := range []string{"nginx-logs", "caddy-logs", "host-proc"} {
+		v, ok := vols[name]
+		if !ok || v.HostPath == nil {
+			t.Errorf("no hostPath volume %s", name)
+			continue
+		}
+		want := v.HostPath.Path
+		if name == "host-proc" {
+			if want != "/proc" {
+				t.Errorf("host-proc is %s, want /proc", want)
+			}
+			want = "/host/proc"
+		}
+		if got := hostMounts[v.HostPath.Path]; got != want {
+			t.Errorf("hostPath %s mounted at %q, want %s read-only", v.HostPath.Path, got, want)
 		}
 	}
 	for _, v := range pod.Volumes {

@@ -93,6 +93,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
@@ -261,20 +262,23 @@ var aliases = map[string]uint16{
 	"secp256r1kyber768draft00": 0x639a, "p256kyber768draft00": 0x639a,
 }
 
-// byName maps every registered IANA name (lower-case) to its codepoint.
-var byName = func() map[string]uint16 {
-	m := make(map[string]uint16)
+// names maps registered IANA names to codepoints: lower holds them
+// lower-cased with the aliases (for ParsePolicy), exact as spelled (for
+// record fields, looked up without allocating). Built on first use: walking
+// the registry takes ~2 ms.
+var names = sync.OnceValue(func() (n struct{ lower, exact map[string]uint16 }) {
+	n.lower, n.exact = map[string]uint16{}, map[string]uint16{}
 	for v := range 1 << 16 {
-		g := tlsparse.Group(v)
-		if s := g.String(); !strings.HasPrefix(s, "0x") {
-			m[strings.ToLower(s)] = uint16(v)
+		if s := tlsparse.Group(v).String(); !strings.HasPrefix(s, "0x") {
+			n.exact[s] = uint16(v)
+			n.lower[strings.ToLower(s)] = uint16(v)
 		}
 	}
 	for k, v := range aliases {
-		m[k] = v
+		n.lower[k] = v
 	}
-	return m
-}()
+	return n
+})
 
 // GroupByName resolves an IANA group name, an OpenSSL/NIST alias or a 0x
 // hex codepoint, case-insensitively.
@@ -284,7 +288,7 @@ func GroupByName(name string) (uint16, bool) {
 		v, err := strconv.ParseUint(name[2:], 16, 16)
 		return uint16(v), err == nil
 	}
-	g, ok := byName[strings.ToLower(name)]
+	g, ok := names().lower[strings.ToLower(name)]
 	return g, ok
 }
 
@@ -552,7 +556,7 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 		for _, ks := range r.KeyShares {
 			ch2 -= 4 + ks.Bytes
 		}
-		if r.ClientHelloBytes == 0 || ClientShareSize(o.Group) == 0 {
+		if r.ClientHelloBytes == 0 || ClientShareSize(o.Group) == 0 || ch2 < 0 {
 			ch2 = 0
 		}
 		o.HRRBytes = hrrMsg + ch2
@@ -569,7 +573,7 @@ func HelloRetryRequestSize(shBytes int, g uint16) int {
 
 // groupID resolves a record's group name without allocating.
 func groupID(name string) (uint16, bool) {
-	if g, ok := byName[name]; ok {
+	if g, ok := names().exact[name]; ok {
 		return g, true
 	}
 	if len(name) == 6 && name[:2] == "0x" {

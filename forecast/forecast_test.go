@@ -126,6 +126,8 @@ func TestBytes(t *testing.T) {
 		{"p256 stays", GoPolicy, seen(hello("13", []uint16{p256}, []uint16{p256}), "TLS1.3", p256, false, 155), 155, 0, 0, true},
 		{"short session id kept", GoPolicy, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", x25519, false, 90), 1178, 1088, 0, true},
 		{"mlkem -> x25519", Policy{Groups: []uint16{x25519}}, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false, 1210), 122, -1088, 0, true},
+		{"mlkem -> p256, short session id", Policy{Groups: []uint16{p256}}, seen(hello("13", []uint16{mlkem, p256}, []uint16{mlkem, p256}), "TLS1.3", mlkem, false, 1178), 123, -1055, 0, true},
+		{"SecP256r1MLKEM768 observed", GoPolicy, seen(hello("13", []uint16{p256mk, p256}, []uint16{p256mk}), "TLS1.3", p256mk, false, 1211), 1211, 0, 0, true},
 		{"observed tls1.2, built", GoPolicy, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.2", x25519, false, 80), 1210, 1130, 0, true},
 		{"tls1.2 client unchanged", GoPolicy, seen(hello("12", []uint16{x25519}, nil), "TLS1.2", x25519, false, 80), 80, 0, 0, true},
 		// HRR: 88-byte HelloRetryRequest + a second ClientHello of

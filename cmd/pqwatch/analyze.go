@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -35,6 +36,7 @@ type commonFlags struct {
 	out           string
 	ports         string
 	maxFlows      int
+	forecast      string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
@@ -47,6 +49,7 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.out, "o", "-", "output `FILE` (- for stdout)")
 	fs.StringVar(&c.ports, "ports", "", "only TCP/UDP `ports` (comma-separated) are examined; TLS is found by content on any port by default")
 	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows (least recently active evicted)")
+	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5= or openssl3.0= for the selection rule; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
 }
 
 func (c *commonFlags) validate() error {
@@ -168,6 +171,7 @@ type analysis struct {
 	sum    *report.Summary
 	recs   []*record.Handshake
 	join   *logJoin
+	fc     *forecast.Report
 }
 
 func newAnalysis(cf *commonFlags, out io.Writer) (*analysis, error) {
@@ -177,6 +181,13 @@ func newAnalysis(cf *commonFlags, out io.Writer) (*analysis, error) {
 		return nil, err
 	}
 	a.join = j
+	policy := forecast.DefaultPolicy
+	if cf.forecast != "" {
+		if policy, err = forecast.ParsePolicy(cf.forecast); err != nil {
+			return nil, fmt.Errorf("-forecast-groups: %w", err)
+		}
+	}
+	a.fc = forecast.NewReport(policy)
 	if a.format == "jsonl" {
 		a.jsonl = exporter.NewJSONL(a.out)
 	}
@@ -194,6 +205,7 @@ func (a *analysis) record(r *record.Handshake) {
 
 func (a *analysis) emit(r *record.Handshake) {
 	a.sum.Add(r)
+	a.fc.Add(r)
 	if a.jsonl != nil {
 		_ = a.jsonl.Write(r)
 	}
@@ -219,6 +231,8 @@ func (a *analysis) finish(st sniffer.Stats) error {
 		a.sum.Errors["flows_evicted"] += st.FlowsEvicted
 	}
 	a.sum.Finish()
+	a.fc.Finish()
+	a.sum.Forecast = a.fc
 	var err error
 	switch a.format {
 	case "jsonl":
