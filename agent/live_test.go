@@ -98,7 +98,7 @@ func scrape(t *testing.T, base string) (string, map[string]float64, float64) {
 		}
 		i := strings.LastIndexByte(line, ' ')
 		v, _ := strconv.ParseFloat(line[i+1:], 64)
-		labels := line[len("pqwatch_handshakes_total{") : strings.IndexByte(line, '}')]
+		labels := line[len("pqwatch_handshakes_total{"):strings.IndexByte(line, '}')]
 		m := map[string]string{}
 		for _, kv := range strings.Split(labels, ",") {
 			if k, val, ok := strings.Cut(kv, "="); ok {
@@ -153,7 +153,15 @@ func TestLiveAgentNamespaces(t *testing.T) {
 
 	// A real Prometheus scraping pqwatch every second with the shipped rules.
 	promBase := startPrometheus(t, ml.Addr().String())
-	time.Sleep(2500 * time.Millisecond) // two scrapes of all-zero series first
+	if promBase != "" {
+		// Two scrapes of the all-zero series before any traffic, so rate()
+		// sees every increase.
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+			if v, ok := promQuery(t, promBase, "count_over_time(pqwatch_flows_active[1m])"); ok && v >= 2 {
+				break
+			}
+		}
+	}
 
 	want := map[string]float64{}
 	wantFailed := 0.0
@@ -231,7 +239,9 @@ func TestLiveAgentNamespaces(t *testing.T) {
 			}
 		}
 		if !ok {
-			t.Error("Prometheus never evaluated pqwatch:pq_share:ratio_rate5m")
+			v, found := promQuery(t, promBase, "sum(rate(pqwatch_handshakes_total[5m]))")
+			up, _ := promQuery(t, promBase, "up")
+			t.Errorf("Prometheus never evaluated pqwatch:pq_share:ratio_rate5m (rate of handshakes: %v %v, up %v)", v, found, up)
 		} else if math.Abs(got-wantShare) > 1e-6 {
 			t.Errorf("recording rule PQ share %v, clients %v", got, wantShare)
 		} else {
@@ -265,7 +275,14 @@ func startPrometheus(t *testing.T, target string) string {
 		return ""
 	}
 	dir := t.TempDir()
-	rules, _ := filepath.Abs(filepath.Join("..", "deploy", "prometheus", "rules.yml"))
+	// The shipped rules, evaluated every second instead of every 30s so the
+	// test does not wait.
+	shipped, err := os.ReadFile(filepath.Join("..", "deploy", "prometheus", "rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := filepath.Join(dir, "rules.yml")
+	os.WriteFile(rules, []byte(strings.ReplaceAll(string(shipped), "interval: 30s", "interval: 1s")), 0o644)
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s

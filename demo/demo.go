@@ -31,11 +31,11 @@ import (
 
 // Options shape a demo run.
 type Options struct {
-	Duration    time.Duration // how long clients run (default 15s)
-	Rate        int           // client connections per second (default 20)
-	MetricsAddr string        // default 127.0.0.1:9810; a busy port falls back to a free one
-	ForceOffline bool         // skip live capture
-	Logger      *slog.Logger
+	Duration     time.Duration // how long clients run (default 15s)
+	Rate         int           // client connections per second (default 20)
+	MetricsAddr  string        // default 127.0.0.1:9810; a busy port falls back to a free one
+	ForceOffline bool          // skip live capture
+	Logger       *slog.Logger
 }
 
 // Run runs the demo and writes its report to out, progress to errw.

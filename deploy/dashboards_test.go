@@ -66,10 +66,10 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID         int            `json:"id"`
-	Type       string         `json:"type"`
-	Title      string         `json:"title"`
-	Datasource map[string]any `json:"datasource"`
+	ID         int                      `json:"id"`
+	Type       string                   `json:"type"`
+	Title      string                   `json:"title"`
+	Datasource map[string]any           `json:"datasource"`
 	GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
 	Targets    []struct {
 		RefID      string         `json:"refId"`

@@ -568,8 +568,8 @@ func checkPrometheusRule(t *testing.T, r *prometheusRule) {
 
 type labelSet map[string]string
 
-func (l labelSet) Has(k string) bool        { _, ok := l[k]; return ok }
-func (l labelSet) Get(k string) string      { return l[k] }
+func (l labelSet) Has(k string) bool              { _, ok := l[k]; return ok }
+func (l labelSet) Get(k string) string            { return l[k] }
 func (l labelSet) Lookup(k string) (string, bool) { v, ok := l[k]; return v, ok }
 func (l labelSet) subsetOf(m map[string]string) bool {
 	for k, v := range l {
