@@ -255,6 +255,7 @@ type Tracker struct {
 	wantPorts   map[uint16]bool
 	lastListen  time.Time
 	listenOwner map[uint64]int // listener inode -> pid
+	listeners   listenerCache
 	serverPIDs  map[int]uint64 // pid -> start time of non-nginx servers
 	scans       uint64
 	scanErrors  uint64
@@ -994,6 +995,13 @@ func readDirNames(dir string) ([]string, error) {
 func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, bool) {
 	s, err := t.diag.lookupTCP(server, client)
 	if err != nil || s.Inode == 0 {
+		// The connection is gone (short connections close before the
+		// capture reports them) or in TIME_WAIT: fall back to the
+		// listening socket's owner when that is unambiguous.
+		if g, ok := t.attributeListener(server); ok {
+			t.attributed.Add(1)
+			return g, true
+		}
 		t.unattributed.Add(1)
 		return nil, false
 	}
