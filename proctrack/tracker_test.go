@@ -102,12 +102,18 @@ func TestOtherServerAttribution(t *testing.T) {
 	if !ok || g.ID != me.ID || g.WorkerPID != os.Getpid() {
 		t.Fatalf("Attribute = %+v, %v; want %s", g, ok, me.ID)
 	}
-	// A connection the tracker knows nothing about.
-	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), server); ok {
-		t.Fatalf("Attribute of a non-existent connection = %+v", g)
+	// A connection whose socket is gone (short connections close before
+	// the capture reports them): attributed by the listening socket, which
+	// one generation alone holds, without a worker PID.
+	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), server); !ok || g.ID != me.ID || g.WorkerPID != 0 {
+		t.Fatalf("Attribute of a closed connection = %+v, %v; want %s by its listener", g, ok, me.ID)
+	}
+	// A port nobody listens on is never attributed.
+	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:9")); ok {
+		t.Fatalf("Attribute with no listener = %+v", g)
 	}
 	st := tr.Stats()
-	if st.Attributed != 1 || st.Unattributed != 1 {
+	if st.Attributed != 2 || st.Unattributed != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }
