@@ -243,9 +243,8 @@ func (a *Agent) Run(ctx context.Context) error {
 				for _, w := range a.workers {
 					w.mu.Lock()
 					w.sn.Expire(now)
-					st := w.sn.Stats()
+					a.countErrors(w, w.sn.Stats())
 					w.mu.Unlock()
-					a.countErrors(w, st)
 				}
 				if a.joiner != nil {
 					a.joiner.Tick(now)
@@ -263,9 +262,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, w := range a.workers {
 		w.mu.Lock()
 		w.sn.Flush()
-		st := w.sn.Stats()
+		a.countErrors(w, w.sn.Stats())
 		w.mu.Unlock()
-		a.countErrors(w, st)
 	}
 	if a.joiner != nil {
 		a.joiner.Flush()
@@ -316,6 +314,7 @@ func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
 }
 
 // countErrors turns the growth of a worker's error counters into metrics.
+// The caller holds w.mu.
 func (a *Agent) countErrors(w *worker, st sniffer.Stats) {
 	for reason, n := range st.Errors {
 		if d := n - w.last.Errors[reason]; d > 0 {

@@ -22,6 +22,13 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// summaryJSON reads the -format json object (the forecast section is an
+// interface in report.Summary).
+type summaryJSON struct {
+	report.Summary
+	Forecast map[string]any `json:"forecast"`
+}
+
 func TestUsageErrors(t *testing.T) {
 	for name, args := range map[string][]string{
 		"no command":     {},
@@ -62,7 +69,7 @@ func TestAnalyzeTestdata(t *testing.T) {
 		t.Errorf("text report differs from %s (run with -update):\n%s", golden, text)
 	}
 	_, js, _ := run(t, "analyze", "-format", "json", capture)
-	var sum report.Summary
+	var sum summaryJSON
 	if err := json.Unmarshal([]byte(js), &sum); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +95,9 @@ func TestAnalyzeTestdata(t *testing.T) {
 	}
 	if pq != sum.PQ || sum.PQ == 0 {
 		t.Errorf("records say %d PQ, summary %d", pq, sum.PQ)
+	}
+	if sum.Forecast["handshakes"] == nil {
+		t.Errorf("no forecast object in the JSON summary: %v", sum.Forecast)
 	}
 	if sum.HRR == 0 || sum.Failures["alert:handshake_failure"] == 0 {
 		t.Errorf("the demo mix should show HRRs and a handshake_failure: %+v", sum)
@@ -116,7 +126,7 @@ func TestAnalyzeBadInput(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("truncated: exit %d: %s", code, stderr)
 	}
-	var sum report.Summary
+	var sum summaryJSON
 	json.Unmarshal([]byte(js), &sum)
 	if sum.Errors["truncated_file"] != 1 || sum.Handshakes == 0 {
 		t.Errorf("truncated capture: errors %v, %d handshakes", sum.Errors, sum.Handshakes)
