@@ -174,6 +174,8 @@ func parseReasons() []string {
 }
 
 // handle runs on a capture worker for each record its sniffer finishes.
+// Metrics count the handshake at once; the record itself may wait for its
+// access-log line before it goes to the record sinks.
 func (a *Agent) handle(r *record.Handshake) {
 	if a.procs != nil && r.Transport == record.TransportTCP {
 		if g, ok := a.procs.Attribute(addrPort(r.Client), addrPort(r.Server)); ok {
@@ -182,6 +184,7 @@ func (a *Agent) handle(r *record.Handshake) {
 			a.procs.ObserveHandshake(g, r.Group)
 		}
 	}
+	_ = a.metrics.Write(r)
 	a.metrics.ObserveForecast(forecast.Predict(a.policy, r).Kind.String())
 	if a.joiner != nil {
 		a.joiner.AddHandshake(r, time.Now())
@@ -190,12 +193,29 @@ func (a *Agent) handle(r *record.Handshake) {
 	a.deliver(r)
 }
 
-// deliver hands a finished record to every sink.
+// JoinStats reports the access-log join (zero when no logs are tailed).
+func (a *Agent) JoinStats() join.Stats {
+	if a.joiner == nil {
+		return join.Stats{}
+	}
+	return a.joiner.Stats()
+}
+
+// deliver hands a finished record to the record sinks.
 func (a *Agent) deliver(r *record.Handshake) {
 	a.recordsOut.Add(1)
-	_ = a.metrics.Write(r)
-	if r.Log != nil {
-		a.metrics.LogJoin(exporter.JoinJoined)
+	if a.joiner != nil && r.Outcome == record.OutcomeOK {
+		if r.Log != nil {
+			a.metrics.LogJoin(exporter.JoinJoined)
+			// The instrument checks itself: nginx's own $ssl_curve
+			// against the group seen on the wire.
+			if r.Log.SSLCurve != "" && r.Group != "" && join.IANAGroupName(r.Log.SSLCurve) != r.Group {
+				a.metrics.LogJoin(exporter.JoinMismatch)
+				a.log.Warn("nginx $ssl_curve disagrees with the wire", "client", r.Client, "ssl_curve", r.Log.SSLCurve, "wire", r.Group)
+			}
+		} else {
+			a.metrics.LogJoin(exporter.JoinUnmatched)
+		}
 	}
 	if a.jsonl != nil {
 		if err := a.jsonl.Write(r); err != nil {

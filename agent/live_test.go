@@ -14,13 +14,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/deploy"
 	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/join"
+	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
@@ -126,7 +130,11 @@ func TestLiveAgentNamespaces(t *testing.T) {
 	testenv.NeedRoot(t)
 	testenv.NeedBin(t, "nginx")
 	pair := testenv.NewPair(t, 1500)
-	testenv.StartNginx(t, testenv.NginxOptions{NS: pair.S, Listen: "443", ECDHCurve: "X25519:prime256v1"})
+	ngx := testenv.StartNginx(t, testenv.NginxOptions{NS: pair.S, Listen: "443", ECDHCurve: "X25519:prime256v1"})
+	logFormat, err := logparse.ParseLogFormat(strings.Trim(testenv.RecommendedLogFormat, "'"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	startGoServer(t, pair.S, ":8443")
 
 	ml, err := net.Listen("tcp", "127.0.0.1:0")
@@ -138,7 +146,8 @@ func TestLiveAgentNamespaces(t *testing.T) {
 	// The capture sockets are made inside the server namespace.
 	err = testenv.InNS(pair.S, func() (err error) {
 		a, err = agent.New(agent.Config{
-			Ifaces: []string{pair.SIf}, Ports: []uint16{443, 8443}, Workers: 2, Listener: ml,
+			Ifaces: []string{pair.SIf}, Ports: []uint16{443, 8443}, Workers: 2, Listener: ml, TrackProcesses: true,
+			NginxLogs: []agent.NginxLog{{Path: ngx.AccessLog, Format: logFormat}},
 			OnRecord: func(r *record.Handshake) { recs <- r },
 		})
 		return err
@@ -248,20 +257,100 @@ func TestLiveAgentNamespaces(t *testing.T) {
 			t.Logf("Prometheus recording rule pqwatch:pq_share:ratio_rate5m = %v (clients: %v)", got, wantShare)
 		}
 	}
+	if promBase != "" {
+		evalDeployPromQL(t, promBase)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	close(recs)
-	n := 0
+	n, joined, nginxOK, attributed := 0, 0, 0, 0
 	for r := range recs {
 		n++
 		if r.Transport != record.TransportTCP || r.Client == "" {
 			t.Errorf("bad record %+v", r)
 		}
+		if r.Generation != nil {
+			attributed++
+		}
+		if !strings.HasSuffix(r.Server, ":443") || r.Outcome != record.OutcomeOK {
+			continue
+		}
+		nginxOK++
+		if r.Log == nil {
+			t.Errorf("nginx handshake %s not joined to its access-log line", r.Client)
+			continue
+		}
+		joined++
+		if g := join.IANAGroupName(r.Log.SSLCurve); g != r.Group {
+			t.Errorf("%s: nginx logged $ssl_curve %q, the wire says %s", r.Client, r.Log.SSLCurve, r.Group)
+		}
+		if r.Log.Status != 200 || r.Log.PID == 0 {
+			t.Errorf("%s: joined line %+v", r.Client, r.Log)
+		}
+	}
+	t.Logf("records %d, nginx completed %d, joined %d, attributed to a generation %d; join stats %+v", n, nginxOK, joined, attributed, a.JoinStats())
+	if attributed == 0 {
+		t.Error("no record attributed to a server generation")
 	}
 	if float64(n) != total+wantFailed {
 		t.Errorf("%d records, %v client connections", n, total+wantFailed)
+	}
+}
+
+// evalDeployPromQL evaluates every PromQL expression of the shipped rules
+// and dashboards against the Prometheus that scraped this test's load: none
+// may fail, and every recording rule and panel whose metrics this load
+// produces must return data (alerts are expected to be quiet).
+func evalDeployPromQL(t *testing.T, base string) {
+	exprs, err := deploy.PromQL(filepath.Join("..", "deploy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Metrics this test's load cannot produce: no Kafka, no swaps, no
+	// process tracking across the namespace, no logs, no QUIC.
+	absent := regexp.MustCompile(`kafka|swap|generation|log_|forecast.*gap|quic|drops|evicted|parse_errors|up\{|absent\(`)
+	var noData []string
+	withData := 0
+	for _, e := range exprs {
+		resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(e.Query))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+			Data   struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if r.Status != "success" {
+			t.Errorf("%s: %s: %s", e.Where, r.Error, e.Query)
+			continue
+		}
+		if len(r.Data.Result) > 0 {
+			withData++
+			continue
+		}
+		if e.Kind == "record" || e.Kind == "panel" {
+			if !absent.MatchString(e.Query) {
+				t.Errorf("%s: no data from this load: %s", e.Where, e.Query)
+			}
+			noData = append(noData, e.Where)
+		}
+	}
+	t.Logf("deploy PromQL: %d expressions evaluated without error, %d with data; without data (metrics this load cannot produce, or alerts): %d", len(exprs), withData, len(exprs)-withData)
+	t.Logf("records and panels without data: %q", noData)
+	if os.Getenv("PQWATCH_DEBUG_PROMQL") != "" {
+		for _, q := range []string{"instance_generation:pqwatch_pq_share:ratio_rate5m", "pqwatch_generation_info"} {
+			resp, _ := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(q))
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			t.Logf("%s => %s", q, b)
+		}
 	}
 }
 

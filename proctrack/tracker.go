@@ -304,6 +304,12 @@ func New(cfg Config) (*Tracker, error) {
 	for _, p := range cfg.ServerPorts {
 		t.wantPorts[p] = true
 	}
+	// Open the sock_diag socket now: it queries the network namespace of
+	// the thread that creates it, which is the caller's (the agent may be
+	// built inside a namespace, as its tests do).
+	if _, err := t.diag.handle(); err != nil {
+		t.log.Warn("sock_diag unavailable: handshakes will not be attributed to processes", "err", err)
+	}
 	return t, nil
 }
 
