@@ -148,7 +148,7 @@ func TestLiveAgentNamespaces(t *testing.T) {
 		a, err = agent.New(agent.Config{
 			Ifaces: []string{pair.SIf}, Ports: []uint16{443, 8443}, Workers: 2, Listener: ml, TrackProcesses: true,
 			NginxLogs: []agent.NginxLog{{Path: ngx.AccessLog, Format: logFormat}},
-			OnRecord: func(r *record.Handshake) { recs <- r },
+			OnRecord:  func(r *record.Handshake) { recs <- r },
 		})
 		return err
 	})
