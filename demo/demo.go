@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/pcapgen"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
@@ -66,9 +67,12 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 
 	var mu sync.Mutex
 	sum := report.New()
+	fc := forecast.NewReport(forecast.DefaultPolicy)
+	sum.Forecast = fc
 	onRecord := func(r *record.Handshake) {
 		mu.Lock()
 		sum.Add(r)
+		fc.Add(r)
 		mu.Unlock()
 	}
 	if !o.ForceOffline {
@@ -82,7 +86,7 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 		fmt.Fprintf(errw, "pqwatch demo: cannot capture live on loopback (%v).\n", errors.Unwrap(err))
 		fmt.Fprintf(errw, "pqwatch demo: run as root (or with CAP_NET_RAW) for the live pipeline; generating a capture of the same real handshakes instead.\n\n")
 	}
-	return runOffline(ctx, o, out)
+	return runOffline(ctx, o, out, onRecord, sum, fc)
 }
 
 var errNoCapture = errors.New("demo: live capture unavailable")
@@ -198,6 +202,9 @@ loop:
 	mu.Lock()
 	defer mu.Unlock()
 	sum.Finish()
+	if f, ok := sum.Forecast.(*forecast.Report); ok {
+		f.Finish()
+	}
 	if pt := a.Processes(); pt != nil {
 		for _, g := range pt.Generations() {
 			if g.Connections > 0 {
@@ -240,7 +247,7 @@ func isTTY(w io.Writer) bool {
 }
 
 // runOffline writes a capture of the demo's handshakes and analyses it.
-func runOffline(ctx context.Context, o Options, out io.Writer) error {
+func runOffline(ctx context.Context, o Options, out io.Writer, onRecord func(*record.Handshake), sum *report.Summary, fc *forecast.Report) error {
 	dir, err := os.MkdirTemp("", "pqwatch-demo-")
 	if err != nil {
 		return err
@@ -263,8 +270,7 @@ func runOffline(ctx context.Context, o Options, out io.Writer) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	sum := report.New()
-	s := sniffer.New(sniffer.Config{OnRecord: sum.Add})
+	s := sniffer.New(sniffer.Config{OnRecord: onRecord})
 	st, err := sniffer.ReadFile(path, s, nil)
 	if err != nil {
 		return err
@@ -272,6 +278,7 @@ func runOffline(ctx context.Context, o Options, out io.Writer) error {
 	s.Flush()
 	sum.Packets = st.Packets
 	sum.Finish()
+	fc.Finish()
 	fmt.Fprintf(out, "(offline: %d connections of real crypto/tls handshakes written to a capture and analysed)\n\n", n)
 	return sum.WriteText(out)
 }

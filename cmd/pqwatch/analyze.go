@@ -22,8 +22,15 @@ import (
 // listFlag is a repeatable string flag.
 type listFlag []string
 
-func (l *listFlag) String() string     { return strings.Join(*l, ",") }
-func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	// Empty values are ignored, so a deployment can pass -nginx-log=$(VAR)
+	// with VAR unset.
+	if v != "" {
+		*l = append(*l, v)
+	}
+	return nil
+}
 
 // commonFlags are the flags shared by analyze and run.
 type commonFlags struct {

@@ -25,11 +25,13 @@ type runFlags struct {
 	topic       string
 	rollupTopic string
 	kafkaKey    string
+	kafkaAcks   string
+	kafkaComp   string
+	kafkaSpool  string
 	workers     int
 	stateDir    string
 	procRoot    string
 	noProcs     bool
-	forecast    string
 	logLevel    string
 }
 
@@ -41,11 +43,13 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.topic, "kafka-topic", "pqwatch.handshakes", "Kafka `topic` for handshake records")
 	fs.StringVar(&rf.rollupTopic, "kafka-rollup-topic", "", "optional Kafka `topic` for per-minute rollups")
 	fs.StringVar(&rf.kafkaKey, "kafka-key", "server", "Kafka message key: server, sni, client_network or none")
+	fs.StringVar(&rf.kafkaAcks, "kafka-acks", "all", "Kafka acknowledgements: all, leader or none")
+	fs.StringVar(&rf.kafkaComp, "kafka-compression", "snappy", "Kafka compression: none, gzip, snappy, lz4 or zstd")
+	fs.StringVar(&rf.kafkaSpool, "kafka-spool-dir", "", "`dir` for the Kafka disk spool: what the memory buffer cannot hold during a broker outage (empty: memory only)")
 	fs.IntVar(&rf.workers, "workers", 0, "capture workers (0: one per CPU)")
 	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
-	fs.StringVar(&rf.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast (default: OpenSSL 3.5 / Caddy policy)")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
@@ -87,8 +91,8 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	for _, p := range rf.nginxLogs {
 		cfg.NginxLogs = append(cfg.NginxLogs, agent.NginxLog{Path: p, Format: formatFor(p)})
 	}
-	if rf.forecast != "" {
-		p, err := forecast.ParsePolicy(rf.forecast)
+	if rf.commonFlags.forecast != "" {
+		p, err := forecast.ParsePolicy(rf.commonFlags.forecast)
 		if err != nil {
 			return cfg, nil, fmt.Errorf("-forecast-groups: %w", err)
 		}
@@ -97,7 +101,8 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	if rf.brokers != "" {
 		cfg.Kafka = &exporter.KafkaConfig{
 			Brokers: strings.Split(rf.brokers, ","), Topic: rf.topic, RollupTopic: rf.rollupTopic,
-			Key: exporter.KafkaKey(rf.kafkaKey),
+			Key: exporter.KafkaKey(rf.kafkaKey), Acks: exporter.Acks(rf.kafkaAcks),
+			Compression: rf.kafkaComp, SpoolDir: rf.kafkaSpool,
 		}
 	}
 	if rf.format == "jsonl" {

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// goTLSServer serves TLS with crypto/tls defaults on a loopback port.
+func goTLSServer(t *testing.T) (string, uint16) {
+	t.Helper()
+	_, _, cert := testenv.Cert(t, t.TempDir())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: true})
+				s.SetDeadline(time.Now().Add(5 * time.Second))
+				if s.Handshake() != nil {
+					return
+				}
+				br := bufio.NewReader(s)
+				for {
+					l, err := br.ReadString('\n')
+					if err != nil || l == "\r\n" {
+						break
+					}
+				}
+				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port)
+}
+
+// handshake makes one TLS connection and returns the negotiated group.
+func handshake(t *testing.T, addr string, curves []tls.CurveID) string {
+	t.Helper()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, CurvePreferences: curves})
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	g := tlsparse.Group(c.ConnectionState().CurveID).String()
+	fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	io.Copy(io.Discard, c)
+	return g
+}
+
+// TestRunCommand: `pqwatch run` as a user types it — live capture on
+// loopback (narrowed to the test's port), the JSONL stream to a file and the
+// Kafka feed to a real Kafka wire protocol (an in-process kfake broker),
+// stopped by its context like SIGINT: every handshake arrives in both, with
+// the group the client negotiated.
+func TestRunCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	addr, port := goTLSServer(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "pqwatch.test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runMain(ctx, []string{"run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-metrics-addr", "127.0.0.1:0",
+			"-format", "jsonl", "-o", out, "-kafka-brokers", strings.Join(cluster.ListenAddrs(), ","), "-kafka-topic", "pqwatch.test",
+			"-no-process-tracking", "-log-level", "warn"}, io.Discard, &stderr)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	want := map[string]int{}
+	for i := range 12 {
+		var curves []tls.CurveID
+		if i%3 == 1 {
+			curves = []tls.CurveID{tls.X25519}
+		}
+		want[handshake(t, addr, curves)]++
+	}
+	time.Sleep(500 * time.Millisecond)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr.String())
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var r struct{ Group string }
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("bad JSONL %q: %v", l, err)
+		}
+		got[r.Group]++
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("JSONL groups %v, clients negotiated %v", got, want)
+	}
+	// Kafka: the same records, each with the schema header.
+	rd := kafka.NewReader(kafka.ReaderConfig{Brokers: cluster.ListenAddrs(), Topic: "pqwatch.test", Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer rd.Close()
+	kgot := map[string]int{}
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	for n := 0; n < 12; n++ {
+		m, err := rd.ReadMessage(rctx)
+		if err != nil {
+			t.Fatalf("kafka: %d messages, then %v", n, err)
+		}
+		var r struct{ Group string }
+		json.Unmarshal(m.Value, &r)
+		kgot[r.Group]++
+		if len(m.Headers) == 0 || m.Headers[0].Key != "schema_version" {
+			t.Errorf("message without schema_version header: %v", m.Headers)
+		}
+	}
+	if fmt.Sprint(kgot) != fmt.Sprint(want) {
+		t.Errorf("Kafka groups %v, clients negotiated %v", kgot, want)
+	}
+}
+
+// TestAnalyzeJoinsNginxLogs: a capture of real nginx traffic analysed with
+// its access log (format read from the nginx.conf) and error log: every
+// completed handshake joined, nginx's $ssl_curve agrees with the wire.
+func TestAnalyzeJoinsNginxLogs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	testenv.NeedBin(t, "nginx", "tcpdump")
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	ngx := testenv.StartNginx(t, testenv.NginxOptions{Listen: fmt.Sprintf("127.0.0.1:%d", port), ECDHCurve: "X25519:prime256v1"})
+	capt := testenv.StartCapture(t, "", "lo", fmt.Sprintf("tcp port %d", port))
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ok := 0
+	for i := range 10 {
+		curves := [][]tls.CurveID{nil, {tls.CurveP256}, {tls.X25519MLKEM768}}[i%3]
+		if handshake(t, addr, curves) != "" {
+			ok++
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // nginx writes the log line at request end
+	capt.Stop()
+	var sum summaryJSON
+	var stdout, stderr bytes.Buffer
+	code := runMain(context.Background(), []string{"analyze", "-format", "json", "-nginx-conf", filepath.Join(ngx.Dir, "nginx.conf"),
+		"-nginx-log", ngx.AccessLog, "-nginx-error-log", ngx.ErrorLog, capt.File}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("analyze exited %d: %s", code, stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &sum); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Completed != ok || sum.Joined != ok || sum.Joins == nil || sum.Joins.Joined != ok {
+		t.Errorf("completed %d, joined %d (%+v); clients completed %d", sum.Completed, sum.Joined, sum.Joins, ok)
+	}
+	if sum.Joins != nil && (sum.Joins.CurveChecked != ok || sum.Joins.CurveMismatch != 0) {
+		t.Errorf("$ssl_curve self-check: %+v", sum.Joins)
+	}
+	if sum.LogLines["nginx"] != ok || sum.LogUnmatched["nginx"] != 0 {
+		t.Errorf("log lines %v unmatched %v", sum.LogLines, sum.LogUnmatched)
+	}
+}
+
+// TestDemo: `pqwatch demo` live (as root) and its no-privilege fallback
+// both end with a report showing hybrid, classical, HRR and a refusal.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs real handshakes for seconds; skipped with -short")
+	}
+	modes := [][]string{{"-offline"}}
+	if os.Geteuid() == 0 {
+		modes = append(modes, nil)
+	}
+	for _, extra := range modes {
+		args := append([]string{"demo", "-duration", "2s", "-rate", "10", "-metrics-addr", "127.0.0.1:0"}, extra...)
+		var stdout, stderr bytes.Buffer
+		if code := runMain(context.Background(), args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		out := stdout.String()
+		for _, want := range []string{"PQ share", "X25519MLKEM768", "secp384r1", "alert:handshake_failure", "migration forecast"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: report lacks %q:\n%s", args, want, out)
+			}
+		}
+	}
+}
