@@ -3,6 +3,7 @@ package sniffer
 import (
 	"bufio"
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -60,6 +61,15 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 	var total int64
 	if st, err := f.Stat(); err == nil {
 		total = st.Size()
+	}
+	var head [4]byte
+	if n, _ := f.ReadAt(head[:], 0); n == 4 && total > 0 && os.Getenv("PQWATCH_NO_MMAP") == "" {
+		switch binary.LittleEndian.Uint32(head[:]) {
+		case 0xa1b2c3d4, 0xa1b23c4d, 0xd4c3b2a1, 0x4d3cb2a1:
+			if readMappedPcap(f, total, &fs, s, progress) {
+				return fs, nil
+			}
+		}
 	}
 	cr := &countingReader{r: f}
 	br := bufio.NewReaderSize(cr, 1<<20)

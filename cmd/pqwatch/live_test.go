@@ -193,6 +193,12 @@ func TestAnalyzeJoinsNginxLogs(t *testing.T) {
 	if sum.LogLines["nginx"] != ok || sum.LogUnmatched["nginx"] != 0 {
 		t.Errorf("log lines %v unmatched %v", sum.LogLines, sum.LogUnmatched)
 	}
+	if t.Failed() {
+		var recs bytes.Buffer
+		runMain(context.Background(), []string{"analyze", "-format", "jsonl", capt.File}, &recs, io.Discard)
+		logText, _ := os.ReadFile(ngx.AccessLog)
+		t.Logf("records:\n%s\naccess log:\n%s", recs.String(), logText)
+	}
 }
 
 // TestDemo: `pqwatch demo` live (as root) and its no-privilege fallback
