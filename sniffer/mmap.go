@@ -18,7 +18,14 @@ func readMappedPcap(f *os.File, size int64, fs *FileStats, s *Sniffer, progress 
 	if size < 24 || size > 1<<40 {
 		return false
 	}
-	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	flags := syscall.MAP_SHARED
+	if size < 1<<30 {
+		// Fault the whole file in at once (one pass of read-ahead)
+		// instead of a page fault per 4 KiB; large files are left to
+		// fault in as they are read, so memory use stays bounded.
+		flags |= syscall.MAP_POPULATE
+	}
+	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, flags)
 	if err != nil {
 		return false
 	}

@@ -21,8 +21,8 @@ import (
 
 func main() {
 	bin := flag.String("pqwatch", "bin/pqwatch", "pqwatch binary")
-	conns := flag.Int("conns", 2000, "connections in the generated capture")
-	bulk := flag.Int("bulk", 32<<10, "bytes of application data per connection")
+	conns := flag.Int("conns", 1000, "connections in the generated capture")
+	bulk := flag.Int("bulk", 128<<10, "bytes of application data per connection")
 	runs := flag.Int("runs", 3, "runs of each tool (the fastest counts)")
 	file := flag.String("capture", "", "use this capture instead of generating one")
 	flag.Parse()

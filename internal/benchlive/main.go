@@ -4,13 +4,14 @@
 //     run against nginx from Debian on a loopback port, next to nginx's CPU
 //     time per handshake (pqwatch loadgen reads it from /proc for nginx's
 //     processes), as a ratio. The aim is pqwatch under 2% of the server.
+//
 //  2. A replay of a large capture of real handshakes with bulk traffic
 //     (package pcapgen) with tcpreplay onto a veth whose peer, in another
 //     network namespace, pqwatch captures: a packet-rate ladder, stopping at
 //     the first step that loses packets; the highest rate with zero drops,
 //     and whether every connection of the capture was counted.
 //
-//	go run ./internal/benchlive -pqwatch bin/pqwatch
+//     go run ./internal/benchlive -pqwatch bin/pqwatch
 //
 // It needs root (AF_PACKET, namespaces), nginx, ip and tcpreplay; without
 // them it says what is missing and exits 0. Everything it starts (nginx,
