@@ -273,16 +273,33 @@ func startProc(o options, ns, name string, args ...string) (*proc, error) {
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Start from a thread that never exits (Pdeathsig follows the thread).
-	runtime.LockOSThread()
-	err := p.cmd.Start()
-	runtime.UnlockOSThread()
-	if err != nil {
+	if err := spawn(p.cmd); err != nil {
 		return nil, err
 	}
 	go func() { p.cmd.Wait(); close(p.done) }()
 	atExit(p.stop)
 	return p, nil
+}
+
+// Pdeathsig fires when the *thread* that forked the child exits, and Go ends
+// a thread whose goroutine exits while locked to it (inNS does that). So
+// every child is forked from one goroutine locked for good to its thread.
+var spawnReq = make(chan func())
+
+func init() {
+	go func() {
+		runtime.LockOSThread()
+		for fn := range spawnReq {
+			fn()
+		}
+	}()
+}
+
+// spawn starts cmd from the spawner thread.
+func spawn(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	spawnReq <- func() { errc <- cmd.Start() }
+	return <-errc
 }
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
@@ -654,9 +671,9 @@ func cpuFigure(ctx context.Context, o options, dir string) (*cpuResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	runtime.LockOSThread()
-	err = lg.Run()
-	runtime.UnlockOSThread()
+	if err = spawn(lg); err == nil {
+		err = lg.Wait()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %v: %s", err, lout.tail(800))
 	}
@@ -921,9 +938,12 @@ func replayOnce(ctx context.Context, pr *pair, pq *proc, sc *scraper, file strin
 	cmd := exec.CommandContext(rctx, "ip", "netns", "exec", pr.c, "tcpreplay", "-q", "-i", "veth-c", rate, file)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 3 * time.Second
-	runtime.LockOSThread()
-	out, err := cmd.CombinedOutput()
-	runtime.UnlockOSThread()
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err = spawn(cmd); err == nil {
+		err = cmd.Wait()
+	}
+	out := buf.Bytes()
 	if err != nil {
 		return s, fmt.Errorf("tcpreplay %s: %v: %s", rate, err, out)
 	}
