@@ -26,13 +26,16 @@ test-short:
 	$(GO) test -short -count=1 $(PKGS)
 
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./tlsparse ./sniffer/... ./logparse ./exporter ./join
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 	$(GO) run ./internal/benchcmp -pqwatch ./$(BIN)
 
+# Every fuzz target of every package, FUZZTIME each (default 20s).
+FUZZTIME ?= 20s
 fuzz:
-	@for p in ./tlsparse ./sniffer/quic ./sniffer ./logparse; do \
-	  for f in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime 20s $$p || exit 1; \
+	@for p in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$p 2>/dev/null | grep ^Fuzz); do \
+	    echo "== $$p $$f"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$p || exit 1; \
 	  done; \
 	done
 

@@ -1095,8 +1095,11 @@ func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
 		t.unknownHS.Add(1)
 		return
 	}
-	if group == "" {
-		group = "unknown"
+	switch {
+	case group == "":
+		group = "none" // as pqwatch_handshakes_total: no group negotiated
+	case strings.HasPrefix(group, "0x"):
+		group = "other" // unregistered codepoints: keep label values bounded
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
