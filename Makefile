@@ -28,6 +28,7 @@ test-short:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
 	$(GO) run ./internal/benchcmp -pqwatch ./$(BIN)
+	$(GO) run ./internal/benchlive -pqwatch ./$(BIN)
 
 # Every fuzz target of every package, FUZZTIME each (default 20s).
 FUZZTIME ?= 20s

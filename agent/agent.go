@@ -89,6 +89,12 @@ type Agent struct {
 
 	recordsOut atomic.Uint64
 	panics     atomic.Uint64
+
+	// Attribution runs off the capture path: a process lookup may wait on
+	// netlink and /proc, and the rings must keep draining meanwhile.
+	attribQ    chan *record.Handshake
+	attribDone chan struct{}
+	attribSkip atomic.Uint64 // queue full: records passed on unattributed
 }
 
 // worker owns one Sniffer; mu serialises packets and the expiry ticker.
@@ -136,6 +142,8 @@ func New(cfg Config) (*Agent, error) {
 		} else {
 			a.procs = pt
 			a.reg.MustRegister(pt.Collector())
+			a.attribQ = make(chan *record.Handshake, 8192)
+			a.attribDone = make(chan struct{})
 		}
 	}
 	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
@@ -174,16 +182,38 @@ func parseReasons() []string {
 }
 
 // handle runs on a capture worker for each record its sniffer finishes.
-// Metrics count the handshake at once; the record itself may wait for its
-// access-log line before it goes to the record sinks.
+// With process tracking the record goes to the attribution goroutine (or,
+// when its queue is full, on unattributed: the capture never waits).
 func (a *Agent) handle(r *record.Handshake) {
-	if a.procs != nil && r.Transport == record.TransportTCP {
-		if g, ok := a.procs.Attribute(addrPort(r.Client), addrPort(r.Server)); ok {
-			gc := *g
-			r.Generation = &gc
-			a.procs.ObserveHandshake(g, r.Group)
+	if a.attribQ != nil {
+		select {
+		case a.attribQ <- r:
+			return
+		default:
+			a.attribSkip.Add(1)
 		}
 	}
+	a.process(r)
+}
+
+// attributeLoop attributes queued records to server generations.
+func (a *Agent) attributeLoop() {
+	defer close(a.attribDone)
+	for r := range a.attribQ {
+		if r.Transport == record.TransportTCP {
+			if g, ok := a.procs.Attribute(addrPort(r.Client), addrPort(r.Server)); ok {
+				gc := *g
+				r.Generation = &gc
+				a.procs.ObserveHandshake(g, r.Group)
+			}
+		}
+		a.process(r)
+	}
+}
+
+// process counts a record in the metrics at once; the record itself may
+// wait for its access-log line before it goes to the record sinks.
+func (a *Agent) process(r *record.Handshake) {
 	_ = a.metrics.Write(r)
 	a.metrics.ObserveForecast(forecast.Predict(a.policy, r).Kind.String())
 	if a.joiner != nil {
@@ -244,6 +274,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.procs != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = a.procs.Run(bg) }()
+		go a.attributeLoop()
 	}
 	tailCtx, stopTails := context.WithCancel(context.Background())
 	var tails sync.WaitGroup
@@ -284,6 +315,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		w.sn.Flush()
 		a.countErrors(w, w.sn.Stats())
 		w.mu.Unlock()
+	}
+	if a.attribQ != nil {
+		close(a.attribQ)
+		<-a.attribDone
 	}
 	if a.joiner != nil {
 		a.joiner.Flush()
@@ -362,7 +397,7 @@ func (a *Agent) captureStats() exporter.CaptureStats {
 		w.mu.Lock()
 		st := w.sn.Stats()
 		w.mu.Unlock()
-		out.FlowsEvicted += st.FlowsEvicted + st.FlowsExpired
+		out.FlowsEvicted += st.FlowsEvicted // the cap at work; idle expiry is normal
 		out.FlowsActive += st.FlowsActive
 		out.QUICConnsActive += int(st.QUIC["conns"])
 	}

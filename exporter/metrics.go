@@ -81,6 +81,7 @@ const (
 	ForecastPQ        = "pq"
 	ForecastHRR       = "hrr"
 	ForecastClassical = "classical"
+	ForecastFail      = "fail" // the policy shares no group with the client
 )
 
 // Log join results for LogJoin.
@@ -120,7 +121,7 @@ var DefaultParseErrorReasons = []string{
 }
 
 var (
-	forecastValues  = []string{ForecastPQ, ForecastHRR, ForecastClassical}
+	forecastValues  = []string{ForecastPQ, ForecastHRR, ForecastClassical, ForecastFail}
 	joinValues      = []string{JoinJoined, JoinUnmatched, JoinAmbiguous, JoinMismatch}
 	logSourceValues = []string{LogSourceNginx, LogSourceNginxError, LogSourceCaddy, labelOther}
 	logResultValues = []string{LogLineOK, LogLineMalformed, LogLineSkipped, labelOther}
@@ -221,7 +222,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 
 	forecastVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "forecast_handshakes_total",
-		Help: "Handshakes by what they would become if the server preferred hybrid groups: pq, hrr (a HelloRetryRequest would be needed) or classical.",
+		Help: "Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, or fail (no group in common).",
 	}, []string{"outcome"})
 	m.forecast = resolveCounters(forecastVec, forecastValues)
 

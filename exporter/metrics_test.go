@@ -178,9 +178,10 @@ pqwatch_log_joins_total{result="ambiguous"} 1
 pqwatch_log_joins_total{result="joined"} 1
 pqwatch_log_joins_total{result="mismatch"} 0
 pqwatch_log_joins_total{result="unmatched"} 0
-# HELP pqwatch_forecast_handshakes_total Handshakes by what they would become if the server preferred hybrid groups: pq, hrr (a HelloRetryRequest would be needed) or classical.
+# HELP pqwatch_forecast_handshakes_total Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, or fail (no group in common).
 # TYPE pqwatch_forecast_handshakes_total counter
 pqwatch_forecast_handshakes_total{outcome="classical"} 0
+pqwatch_forecast_handshakes_total{outcome="fail"} 0
 pqwatch_forecast_handshakes_total{outcome="hrr"} 1
 pqwatch_forecast_handshakes_total{outcome="pq"} 0
 # HELP pqwatch_kafka_messages_total Kafka messages by result: delivered, failed (attempt failed, kept for retry), spooled (to disk), dropped (lost).

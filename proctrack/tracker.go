@@ -59,7 +59,8 @@ type Config struct {
 	// ProcRoot is the proc filesystem to read, "/proc" by default
 	// ("/host/proc" for a Kubernetes DaemonSet with hostPID and a host mount).
 	ProcRoot string
-	// ScanInterval is the period of Run's scans, 250 ms by default.
+	// ScanInterval is the period of Run's scans, 500 ms by default (a scan
+	// walks all of /proc: its cost grows with the host's processes).
 	ScanInterval time.Duration
 	// FailedSwapTimeout is how long after a ".oldbin" pid file or an [emerg]
 	// a second master must run before the swap is declared failed, 3 s by
@@ -104,7 +105,7 @@ func (c *Config) setDefaults() {
 		c.ProcRoot = "/proc"
 	}
 	if c.ScanInterval <= 0 {
-		c.ScanInterval = 250 * time.Millisecond
+		c.ScanInterval = 500 * time.Millisecond
 	}
 	if c.FailedSwapTimeout <= 0 {
 		c.FailedSwapTimeout = 3 * time.Second
@@ -1008,6 +1009,7 @@ func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, 
 			t.attributed.Add(1)
 			return g, true
 		}
+		t.wantPort(server.Port())
 		t.unattributed.Add(1)
 		return nil, false
 	}
@@ -1021,14 +1023,20 @@ func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, 
 			return g, true
 		}
 	}
+	t.wantPort(server.Port())
+	t.unattributed.Add(1)
+	return nil, false
+}
+
+// wantPort adds a server port whose listener owners the next scan looks
+// for (at most 64 ports).
+func (t *Tracker) wantPort(p uint16) {
 	t.mu.Lock()
-	if !t.wantPorts[server.Port()] && len(t.wantPorts) < 64 {
-		t.wantPorts[server.Port()] = true
+	if !t.wantPorts[p] && len(t.wantPorts) < 64 {
+		t.wantPorts[p] = true
 		t.lastListen = time.Time{}
 	}
 	t.mu.Unlock()
-	t.unattributed.Add(1)
-	return nil, false
 }
 
 func (t *Tracker) lookupInode(ino uint64) (*record.Generation, bool) {

@@ -174,9 +174,12 @@ func (s *Sniffer) advance(f *flow, d int, ts time.Time) {
 	}
 	c := int(f.clientDir)
 	// Always parse the client first: the record is created from its
-	// ClientHello.
+	// ClientHello. The server's messages wait until the ClientHello is
+	// parsed: capture order may put a ServerHello (or the ClientHello's
+	// last segment) after it, and a server message consumed earlier would
+	// be lost or would finish a record without its ClientHello.
 	s.parseRecords(f, c)
-	if f.state == stTLS {
+	if f.state == stTLS && f.chDone {
 		s.parseRecords(f, 1-c)
 	}
 }
@@ -217,6 +220,12 @@ func (s *Sniffer) parseRecords(f *flow, d int) {
 			return
 		}
 		if len(b) < 5+hdr.Length {
+			if isClient && f.rec == nil && hdr.ContentType == tlsparse.ContentHandshake && len(b) >= 9 && b[5] == tlsparse.TypeClientHello {
+				// Start the record from the ClientHello's header, so a
+				// ClientHello that never completes (snaplen, capture end,
+				// reset) is still a record, with its size.
+				s.newRecord(f, handshakeLen(b[5:]))
+			}
 			return
 		}
 		body := b[5 : 5+hdr.Length]
@@ -312,12 +321,12 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 		if len(b) < n {
 			return
 		}
-		st.hsOff += n
-		msg := b[:n]
 		r := f.rec
 		if r == nil {
-			return // no ClientHello yet: cannot happen once stTLS
+			return // no ClientHello yet: keep the message for later
 		}
+		st.hsOff += n
+		msg := b[:n]
 		switch b[0] {
 		case tlsparse.TypeServerHello:
 			if f.shFirstTS.IsZero() {
@@ -411,11 +420,12 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 		r.Alert = f.alert
 	case outcome == record.OutcomeOK:
 		r.Outcome = record.OutcomeOK
-	case outcome == record.OutcomeTimeout || outcome == record.OutcomeTruncated:
-		if f.dir[f.clientDir].gap || f.dir[1-f.clientDir].gap {
-			outcome = record.OutcomeTruncated
-		}
-		r.Outcome = outcome
+	case s.lostBytes(f):
+		// Bytes that may have held the ServerHello (or the rest of the
+		// ClientHello) were lost for good (snaplen, MaxStreamBytes): the
+		// capture cannot tell how the handshake went, whether the flow
+		// then idled, ended or was reset.
+		r.Outcome = record.OutcomeTruncated
 	default:
 		r.Outcome = outcome
 	}
@@ -425,6 +435,13 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 	// Drop the buffers: a finished flow is only a tombstone.
 	f.dir[0].reset()
 	f.dir[1].reset()
+}
+
+// lostBytes reports a gap that hides what decides the outcome: in the
+// server's direction, or in the client's before its ClientHello was parsed.
+func (s *Sniffer) lostBytes(f *flow) bool {
+	c := int(f.clientDir)
+	return f.dir[1-c].gap || (!f.chDone && f.dir[c].gap)
 }
 
 func (s *Sniffer) ignore(f *flow) {

@@ -55,7 +55,8 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 	case c.Closed != "":
 		r.Outcome = record.OutcomeAlert
 		r.Alert = quicAlert(c.Closed)
-	case c.ClientHelloTruncated:
+	case c.ClientHelloTruncated || s.flushing:
+		// The capture ended (Flush) before the ServerHello, like TCP.
 		r.Outcome = record.OutcomeTruncated
 	default:
 		r.Outcome = record.OutcomeTimeout

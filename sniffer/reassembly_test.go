@@ -8,6 +8,7 @@ package sniffer_test
 // the same bytes as it needs and assert the exact record.
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -275,7 +276,7 @@ func newCapture(t testing.TB, cli, srv []byte) *capture {
 func (c *capture) link() int { return linkOf[c.framing] }
 
 // tick advances capture time by 10 µs per packet (or by d) and returns it.
-func (c *capture) tick() time.Time { c.now = c.now.Add(10 * time.Microsecond); return c.now }
+func (c *capture) tick() time.Time      { c.now = c.now.Add(10 * time.Microsecond); return c.now }
 func (c *capture) wait(d time.Duration) { c.now = c.now.Add(d) }
 
 // frame serialises one TCP segment and adds it to the capture.
@@ -490,6 +491,22 @@ func checkRecord(t testing.TB, got *record.Handshake, want record.Handshake) {
 	}
 }
 
+// sniOff is where the server name's bytes start in hsHybrid's ClientHello.
+func sniOff(t testing.TB) int {
+	i := bytes.Index(hsHybridCH, []byte("pqwatch.test"))
+	if i < 101 {
+		t.Fatalf("server name at %d", i)
+	}
+	return i
+}
+
+// withSNI is a copy of b with the server name at off replaced (same length).
+func withSNI(b []byte, off int, name string) []byte {
+	b = append([]byte(nil), b...)
+	copy(b[off:], name)
+	return b
+}
+
 func ceil(a, b int) int { return (a + b - 1) / b }
 
 func rtt(ch, sh time.Time) int64 { return sh.Sub(ch).Microseconds() }
@@ -573,8 +590,8 @@ func reassemblyCases() []rcase {
 			c.handshake3()
 			n := len(hsHybridCH)
 			chTS := c.seg(0, 0, 700)
+			c.seg(0, 300, 600) // carries no new byte
 			c.seg(0, 700, n)
-			c.seg(0, 300, n) // carries no new byte
 			shTS := c.segs(1, 0, -1, 1400)
 			c.closeBoth()
 			w := wantHybrid(t)
@@ -584,13 +601,10 @@ func reassemblyCases() []rcase {
 		{name: "overlap: the first-captured bytes win over a later in-order segment", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
 			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
 			c.handshake3()
-			n := len(hsHybridCH)
-			c.seg(0, 1000, n) // correct bytes, out of order
-			bad := append([]byte(nil), hsHybrid.cli[:1200]...)
-			for i := 1000; i < 1200; i++ {
-				bad[i] ^= 0xff // [1000,1200) differs from what was captured first
-			}
-			chTS := c.segData(0, 0, bad)
+			n, sni := len(hsHybridCH), sniOff(t)
+			c.seg(0, sni, n) // correct bytes, out of order
+			bad := withSNI(hsHybrid.cli[:sni+12], sni, "XXXXXXX.test")
+			chTS := c.segData(0, 0, bad) // differs where [sni, sni+12) was captured first
 			shTS := c.segs(1, 0, -1, 1400)
 			c.closeBoth()
 			w := wantHybrid(t)
@@ -600,18 +614,30 @@ func reassemblyCases() []rcase {
 		{name: "overlap: the first-captured bytes win between out-of-order segments", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
 			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
 			c.handshake3()
-			n := len(hsHybridCH)
-			c.seg(0, 1200, 1300) // correct, first
-			bad := append([]byte(nil), hsHybrid.cli[1000:n]...)
-			for i := 200; i < 300; i++ {
-				bad[i] ^= 0xff // differs only where [1200,1300) was already captured
-			}
-			c.segData(0, 1000, bad)
-			chTS := c.seg(0, 0, 1000)
+			n, sni := len(hsHybridCH), sniOff(t)
+			c.seg(0, sni, sni+12) // correct, first
+			bad := withSNI(hsHybrid.cli[:n], sni, "XXXXXXX.test")
+			c.segData(0, sni-100, bad[sni-100:]) // differs only where [sni, sni+12) was already captured
+			chTS := c.seg(0, 0, sni-100)
 			shTS := c.segs(1, 0, -1, 1400)
 			c.closeBoth()
 			w := wantHybrid(t)
 			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.HandshakeRTTMicros = chTS, 3, ceil(n, 1460), rtt(chTS, shTS)
+			return c, []record.Handshake{w}, nil
+		}},
+		{name: "overlap: a different first copy wins over a later correct one", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
+			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
+			c.handshake3()
+			n, sni := len(hsHybridCH), sniOff(t)
+			bad := withSNI(hsHybrid.cli[:n], sni, "XXXXXXX.test")
+			c.seg(0, sni+12, n)
+			chTS := c.segData(0, 0, bad[:sni+6])
+			c.seg(0, 0, n) // correct, complete, but after the first copy of [0, sni+6); a retransmission: not a new segment
+			shTS := c.segs(1, 0, -1, 1400)
+			c.closeBoth()
+			w := wantHybrid(t)
+			w.SNI = "XXXXXXX.test"[:6] + "pqwatch.test"[6:]
+			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.HandshakeRTTMicros = chTS, 2, ceil(n, 1460), rtt(chTS, shTS)
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "overlap: a corrupt first copy wins, the ClientHello is counted malformed", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -653,6 +679,48 @@ func reassemblyCases() []rcase {
 			c.closeBoth()
 			w := wantHybrid(t)
 			w.TS, w.ClientHelloSegments, w.HandshakeRTTMicros = chTS, 2, rtt(chTS, shTS)
+			return c, []record.Handshake{w}, nil
+		}},
+		{name: "the ClientHello's last segment captured after the ServerHello", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
+			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
+			c.handshake3()
+			n := len(hsHybridCH)
+			chTS := c.seg(0, 0, 1000)
+			shTS := c.segs(1, 0, -1, 1400)
+			c.seg(0, 1000, n)
+			c.closeBoth()
+			w := wantHybrid(t)
+			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.HandshakeRTTMicros = chTS, 2, ceil(n, 1460), rtt(chTS, shTS)
+			return c, []record.Handshake{w}, nil
+		}},
+		{name: "SYN not captured: a stray earlier segment after the ClientHello changes nothing", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
+			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
+			n := len(hsHybridCH)
+			chTS := c.seg(0, 0, n)
+			c.frame(0, c.isn[0]+1-100, 0x18, make([]byte, 100)) // 100 bytes before the ClientHello
+			shTS := c.segs(1, 0, -1, 1400)
+			c.seg(0, n, -1)
+			c.closeBoth()
+			w := wantHybrid(t)
+			w.TS, w.ClientHelloSegments, w.HandshakeRTTMicros = chTS, 1, rtt(chTS, shTS)
+			return c, []record.Handshake{w}, nil
+		}},
+		{name: "the ClientHello's second segment never arrives, then RST: reset, with its size", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
+			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
+			c.handshake3()
+			chTS := c.seg(0, 0, 1000)
+			c.wait(3 * time.Second)
+			c.ctl(1, 0x14)
+			w := record.Handshake{TS: chTS, Transport: "tcp", Client: cli4.String(), Server: srv4.String(),
+				ClientHelloBytes: msgOfType(hsHybrid.cli, 1, false), Outcome: "reset"}
+			return c, []record.Handshake{w}, nil
+		}},
+		{name: "the ClientHello's second segment never arrives, capture ends: truncated", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
+			c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
+			c.handshake3()
+			chTS := c.seg(0, 0, 1000)
+			w := record.Handshake{TS: chTS, Transport: "tcp", Client: cli4.String(), Server: srv4.String(),
+				ClientHelloBytes: msgOfType(hsHybrid.cli, 1, false), Outcome: "truncated"}
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "ServerHello captured before the ClientHello", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -726,7 +794,7 @@ func reassemblyCases() []rcase {
 			ch1 := len(crec[0])
 			chTS := c.seg(0, 0, ch1)
 			hrrTS := c.seg(1, 0, len(srec[0])+len(srec[1])) // HRR + CCS
-			c.seg(0, ch1, -1)                              // CCS + second ClientHello (+ Finished)
+			c.seg(0, ch1, -1)                               // CCS + second ClientHello (+ Finished)
 			c.wait(time.Millisecond)
 			c.seg(1, len(srec[0])+len(srec[1]), -1)
 			c.closeBoth()
@@ -839,7 +907,7 @@ func reassemblyCases() []rcase {
 			c.segs(1, 0, -1, 1400) // late bytes after the reset change nothing
 			w := wantHybrid(t)
 			w = noServer(w)
-			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, 1, "reset"
+			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, ceil(len(hsHybridCH), 1460), "reset"
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "FIN before ServerHello", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -848,7 +916,7 @@ func reassemblyCases() []rcase {
 			chTS := c.seg(0, 0, len(hsHybridCH))
 			c.ctl(1, 0x11)
 			w := noServer(wantHybrid(t))
-			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, 1, "reset"
+			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, ceil(len(hsHybridCH), 1460), "reset"
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "idle flow expires: timeout", noFlsh: true, build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -860,7 +928,7 @@ func reassemblyCases() []rcase {
 			c.cli = netip.MustParseAddrPort("10.0.0.3:40001")
 			c.syn(0)
 			w := noServer(wantHybrid(t))
-			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, 1, "timeout"
+			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, ceil(len(hsHybridCH), 1460), "timeout"
 			return c, []record.Handshake{w}, nil
 		}, check: func(t *testing.T, st sniffer.Stats, s *sniffer.Sniffer) {
 			if st.FlowsExpired != 1 || st.FlowsActive != 1 {
@@ -872,7 +940,7 @@ func reassemblyCases() []rcase {
 			c.handshake3()
 			chTS := c.seg(0, 0, len(hsHybridCH))
 			w := noServer(wantHybrid(t))
-			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, 1, "truncated"
+			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS, 1, ceil(len(hsHybridCH), 1460), "truncated"
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "snaplen cuts the ServerHello: truncated, not reset", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -897,7 +965,7 @@ func reassemblyCases() []rcase {
 			c.closeBoth()
 			w := record.Handshake{TS: chTS, Transport: "tcp", Client: cli4.String(), Server: srv4.String(),
 				ClientHelloBytes: msgOfType(hsHybrid.cli, 1, false), Outcome: "truncated"}
-			return c, []record.Handshake{w}, map[string]uint64{"snaplen_truncated": 2}
+			return c, []record.Handshake{w}, map[string]uint64{"snaplen_truncated": uint64(2 + ceil(len(hsHybrid.srv), 1400))}
 		}},
 		{name: "MaxStreamBytes: overflow counted, the group stays unknown", cfg: sniffer.Config{MaxStreamBytes: 4096}, build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
 			tr := hs12Big
@@ -1064,7 +1132,7 @@ func TestFlowTableCap(t *testing.T) {
 		t.Fatalf("evicted %d active %d records %d, want 1, 2, 1", st.FlowsEvicted, st.FlowsActive, len(recs))
 	}
 	w := noServer(wantHybrid(t))
-	w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS[0], 1, 1, "timeout"
+	w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.Outcome = chTS[0], 1, ceil(len(hsHybridCH), 1460), "timeout"
 	checkRecord(t, recs[0], w)
 }
 
@@ -1075,13 +1143,17 @@ func TestExpireDirect(t *testing.T) {
 	c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
 	c.handshake3()
 	chTS := c.seg(0, 0, len(hsHybridCH))
-	recs, st, s := feed(sniffer.Config{FlowTimeout: 5 * time.Second}, c.link(), c.pkts, false)
-	s.Expire(chTS.Add(4 * time.Second))
+	var recs []*record.Handshake
+	s := sniffer.New(sniffer.Config{FlowTimeout: 5 * time.Second, OnRecord: func(r *record.Handshake) { recs = append(recs, r) }})
+	for _, p := range c.pkts {
+		s.Packet(p.ts, c.link(), p.data)
+	}
+	s.Expire(chTS.Add(5 * time.Second))
 	if len(recs) != 0 {
 		t.Fatalf("expired early: %+v", *recs[0])
 	}
-	s.Expire(chTS.Add(5*time.Second + time.Microsecond))
-	st = s.Stats()
+	s.Expire(chTS.Add(5*time.Second + time.Nanosecond))
+	st := s.Stats()
 	if len(recs) != 1 || recs[0].Outcome != "timeout" || st.FlowsExpired != 1 || st.FlowsActive != 0 {
 		t.Fatalf("records %d, stats %+v", len(recs), st)
 	}
@@ -1112,7 +1184,7 @@ func TestNonTLSNoAllocs(t *testing.T) {
 	}
 	// An unclassified mid-stream flow that never shows TLS costs nothing
 	// either once it is given up on.
-	c2 := newCapture(t, nil, body)
+	c2 := newCapture(t, nil, make([]byte, 64<<10)) // not HTTP, not TLS: given up after MaxPlaintextScan
 	c2.cli = netip.MustParseAddrPort("10.0.0.9:40009")
 	c2.segs(1, 0, -1, 1400)
 	for _, p := range c2.pkts[:8] {

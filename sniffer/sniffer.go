@@ -86,6 +86,7 @@ type Sniffer struct {
 	ports      *[1024]uint64 // bitset of Config.Ports, nil = all
 	quic       *quic.Tracker
 	lastExpire time.Time
+	flushing   bool // inside Flush: QUIC connections end as truncated
 	now        time.Time
 
 	stats  Stats
@@ -212,7 +213,9 @@ func (s *Sniffer) Flush() {
 		s.finish(f, record.OutcomeTruncated)
 		s.remove(f)
 	}
+	s.flushing = true
 	s.quic.Flush()
+	s.flushing = false
 }
 
 // Stats returns a snapshot of the counters.

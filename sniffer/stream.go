@@ -6,7 +6,7 @@ import "time"
 // contiguous prefix (buf, stream offset 0 = first byte after the SYN, or the
 // first data byte seen when the SYN was not captured) plus a bounded list of
 // out-of-order segments waiting for the gap before them to fill. Retransmitted
-// and overlapping bytes are taken once: only bytes beyond the prefix are used.
+// and overlapping bytes are taken once: the first copy captured wins (see add).
 type stream struct {
 	isnKnown bool
 	synSeen  bool
@@ -60,6 +60,13 @@ func (s *stream) reset() {
 
 // add places a data segment with sequence number seq. It reports whether
 // the contiguous prefix grew. limit caps the bytes kept per direction.
+//
+// Overlaps resolve one way whatever the capture order: every stream byte
+// keeps the first copy captured. A segment's bytes that the prefix or a
+// pending segment already hold are dropped before the rest is stored, so
+// the prefix and the pending segments never overlap; a segment that brings
+// no new byte (a retransmission, repacketised or not) is not a new segment
+// for the starts list either.
 func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated bool) bool {
 	if len(data) == 0 {
 		return false
@@ -70,9 +77,10 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 	}
 	rel := int64(int32(seq - s.isn))
 	if rel < 0 {
-		if s.synSeen || -rel > int64(limit) {
-			// Before the SYN's sequence number, or far back: trim the
-			// part before offset 0 (retransmission of old data).
+		if s.synSeen || -rel > int64(limit) || s.recOff > 0 || s.tlsStart >= 0 {
+			// Before the SYN's sequence number, far back, or before bytes
+			// already parsed: trim the part before offset 0
+			// (retransmission of old data).
 			if -rel >= int64(len(data)) {
 				return false
 			}
@@ -89,39 +97,56 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 		s.overflow = true
 		return false
 	}
-	off := uint32(rel)
-	if len(s.starts) < maxStarts && !containsU32(s.starts, off) {
-		s.starts = append(s.starts, off)
-		s.startTS = append(s.startTS, ts)
-	}
-	end := int(off) + len(data)
+	off := int(rel)
+	end := off + len(data)
 	if end > limit {
-		data = data[:limit-int(off)]
+		data = data[:limit-off]
 		end = limit
 		s.overflow = true
 	}
-	if int(off) > len(s.buf) {
-		if s.pendBy+len(data) > limit || len(s.pending) >= 64 {
+	// Store the pieces of [off, end) that nothing holds yet.
+	grew, fresh := false, false
+	for pos := max(off, len(s.buf)); pos < end; {
+		next, covered := end, false
+		for _, sg := range s.pending {
+			a, b := int(sg.off), int(sg.off)+len(sg.data)
+			if a <= pos && pos < b {
+				pos, covered = b, true
+				break
+			}
+			if a > pos && a < next {
+				next = a
+			}
+		}
+		if covered {
+			continue
+		}
+		fresh = true
+		piece := data[pos-off : next-off]
+		switch {
+		case pos == len(s.buf):
+			if pos == 0 {
+				s.firstTS = ts
+			}
+			s.buf = append(s.buf, piece...)
+			grew = true
+		case s.pendBy+len(piece) > limit || len(s.pending) >= 64:
 			s.overflow = true
-			return false
+		default:
+			s.pending = append(s.pending, segment{off: uint32(pos), data: append([]byte(nil), piece...), ts: ts})
+			s.pendBy += len(piece)
 		}
-		s.pending = append(s.pending, segment{off: off, data: append([]byte(nil), data...), ts: ts})
-		s.pendBy += len(data)
-		if truncated {
-			s.gap = true
-		}
+		pos = next
+	}
+	if !fresh {
 		return false
 	}
-	grew := false
-	if end > len(s.buf) {
-		if len(s.buf) == 0 && off == 0 {
-			s.firstTS = ts
-		}
-		s.buf = append(s.buf, data[len(s.buf)-int(off):]...)
-		grew = true
-		if truncated {
-			s.gap = true
-		}
+	if len(s.starts) < maxStarts && !containsU32(s.starts, uint32(off)) {
+		s.starts = append(s.starts, uint32(off))
+		s.startTS = append(s.startTS, ts)
+	}
+	if truncated {
+		s.gap = true
 	}
 	// Merge pending segments that now touch the prefix.
 	for merged := true; merged && len(s.pending) > 0; {

@@ -55,7 +55,7 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.format, "format", "text", "output `format`: text, jsonl or json")
 	fs.StringVar(&c.out, "o", "-", "output `FILE` (- for stdout)")
 	fs.StringVar(&c.ports, "ports", "", "only TCP/UDP `ports` (comma-separated) are examined; TLS is found by content on any port by default")
-	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows (least recently active evicted)")
+	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows, least recently active evicted (run: per capture worker)")
 	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5= or openssl3.0= for the selection rule; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
 }
 
@@ -137,6 +137,7 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "pqwatch analyze:", err)
 			fi.Error = err.Error()
 			failed = true
+			a.sum.Errors["unreadable_file"]++
 		case st.Err != nil:
 			fmt.Fprintln(stderr, "pqwatch analyze: warning:", st.Err)
 			fi.Error = st.Err.Error()
@@ -261,8 +262,8 @@ func (a *analysis) finish(st sniffer.Stats) error {
 // totals such as "conns").
 func isQUICDrop(k string) bool {
 	switch k {
-	case "conns", "packets", "datagrams", "initial_packets", "not_quic", "short_header":
-		return false
+	case "decrypt_failed", "frame_error", "unexpected_frame", "malformed", "crypto_overflow", "bad_handshake", "evicted":
+		return true
 	}
-	return true
+	return false // totals and normal events: datagrams, conns, retry, skipped packets...
 }

@@ -2,17 +2,21 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
@@ -135,10 +139,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pqwatch run:", err)
 		return exitUsage
 	}
-	if rf.format == "json" {
-		fmt.Fprintln(stderr, "pqwatch run: -format json is a summary; the agent streams -format jsonl or exports metrics")
-		return exitUsage
-	}
 	logger, err := newLogger(rf.logLevel, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch run:", err)
@@ -149,6 +149,25 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pqwatch run:", err)
 		return exitUsage
 	}
+	// -format text or json: a summary of everything seen, written at
+	// shutdown (jsonl streams records as they come).
+	var sum *report.Summary
+	var fc *forecast.Report
+	var mu sync.Mutex
+	if rf.format != "jsonl" {
+		sum = report.New()
+		policy := forecast.DefaultPolicy
+		if cfg.Forecast != nil {
+			policy = *cfg.Forecast
+		}
+		fc = forecast.NewReport(policy)
+		cfg.OnRecord = func(r *record.Handshake) {
+			mu.Lock()
+			sum.Add(r)
+			fc.Add(r)
+			mu.Unlock()
+		}
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch run:", err)
@@ -156,6 +175,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	start := time.Now()
 	err = a.Run(ctx)
+	if sum != nil && err == nil {
+		out, c, oerr := openOut(rf.out, stdout)
+		if oerr != nil {
+			err = oerr
+		} else {
+			sum.Finish()
+			fc.Finish()
+			sum.Forecast = fc
+			if rf.format == "json" {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(sum)
+			} else {
+				err = sum.WriteText(out)
+			}
+			if cerr := c(); err == nil {
+				err = cerr
+			}
+		}
+	}
 	if cerr := closeOut(); err == nil {
 		err = cerr
 	}
