@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -67,6 +68,10 @@ type Config struct {
 
 	// OnRecord sees every finished record (after join and attribution).
 	OnRecord func(*record.Handshake)
+
+	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
+	// listener (off by default: it exposes internals).
+	Pprof bool
 
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil = a new one
@@ -122,7 +127,9 @@ func New(cfg Config) (*Agent, error) {
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
-	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, Logger: cfg.Logger})
+	// SkipNoise: pure ACKs and application-data segments are dropped in
+	// the kernel; they carry nothing a handshake record needs.
+	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, SkipNoise: true, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -415,7 +422,17 @@ func (a *Agent) startHTTP() (*http.Server, error) {
 			return nil, fmt.Errorf("agent: metrics listener: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: exporter.Handler(a.reg), ReadHeaderTimeout: 5 * time.Second}
+	var h http.Handler = exporter.Handler(a.reg)
+	if a.cfg.Pprof {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Handle("/", h)
+		h = mux
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.log.Error("metrics server", "err", err)

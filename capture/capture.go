@@ -46,6 +46,10 @@ type Config struct {
 	// port in the set (in the kernel, with a classic BPF filter). Empty
 	// captures everything.
 	Ports []uint16
+	// SkipNoise drops in the kernel the TCP segments a handshake tracker
+	// never needs (pure ACKs, segments starting with a TLS application-data
+	// record): see FilterWith.
+	SkipNoise bool
 	// Workers is the number of fanout members per interface, each read by
 	// its own goroutine (default runtime.NumCPU()).
 	Workers int
@@ -131,7 +135,7 @@ func New(cfg Config) (*Capture, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		groups: map[int]*group{},
-		opts:   ringOpts{frameSize: cfg.FrameSize, blockSize: cfg.BlockSize, numBlocks: cfg.NumBlocks, ports: cfg.Ports},
+		opts:   ringOpts{frameSize: cfg.FrameSize, blockSize: cfg.BlockSize, numBlocks: cfg.NumBlocks, ports: cfg.Ports, skipNoise: cfg.SkipNoise},
 	}
 	for _, n := range cfg.Ifaces {
 		if n == Any {

@@ -124,6 +124,16 @@ func (a *asm) portCheck(off uint32, indexed bool, ports []uint16, accept string)
 // does not look inside them). With no ports it returns nil (capture
 // everything) for Ethernet, and an IPv4/IPv6-only program for LinkRaw.
 func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
+	return FilterWith(linkType, ports, false)
+}
+
+// FilterWith is Filter with an option: skipNoise also drops, in the kernel,
+// the TCP segments a handshake tracker never needs: pure ACKs (no payload,
+// no SYN/FIN/RST) and segments whose payload begins with a TLS
+// application-data record header (17 03 03). What remains is every SYN,
+// FIN and RST and every segment that may carry handshake bytes (a
+// continuation segment starts mid-record and is kept).
+func FilterWith(linkType int, ports []uint16, skipNoise bool) ([]bpf.RawInstruction, error) {
 	ports = slices.Clone(ports)
 	slices.Sort(ports)
 	ports = slices.Compact(ports)
@@ -134,7 +144,7 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 	a := &asm{}
 	switch linkType {
 	case LinkEthernet:
-		if len(ports) == 0 {
+		if len(ports) == 0 && !skipNoise {
 			return nil, nil
 		}
 		l3 = etherHdr
@@ -149,7 +159,7 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 	case LinkRaw:
 		a.op(bpf.LoadAbsolute{Off: 0, Size: 1})
 		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf0})
-		if len(ports) == 0 {
+		if len(ports) == 0 && !skipNoise {
 			a.jump(bpf.JumpEqual, 0x40, "accept", "")
 			a.jump(bpf.JumpEqual, 0x60, "accept", "reject")
 			break
@@ -165,7 +175,7 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 	a.op(bpf.RetConstant{Val: 0})
 	a.label("accept")
 	a.op(bpf.RetConstant{Val: snapAll})
-	if len(ports) == 0 {
+	if len(ports) == 0 && !skipNoise {
 		return a.assemble()
 	}
 
@@ -177,10 +187,39 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 	a.op(bpf.LoadAbsolute{Off: l3 + 6, Size: 2}) // flags + fragment offset
 	a.jump(bpf.JumpBitsSet, 0x1fff, "accept4", "")
 	a.op(bpf.LoadMemShift{Off: l3}) // X = IHL*4
-	a.portCheck(l3, true, ports, "accept4")
-	a.portCheck(l3+2, true, ports, "accept4")
+	if len(ports) == 0 {
+		a.ja("match4")
+	} else {
+		a.portCheck(l3, true, ports, "match4")
+		a.portCheck(l3+2, true, ports, "match4")
+	}
 	a.label("reject4")
 	a.op(bpf.RetConstant{Val: 0})
+	a.label("match4")
+	if skipNoise {
+		// X = IHL*4 still. TCP only: UDP (QUIC) is never noise here.
+		a.op(bpf.LoadAbsolute{Off: l3 + 9, Size: 1})
+		a.jump(bpf.JumpEqual, protoTCP, "", "accept4")
+		a.op(bpf.LoadIndirect{Off: l3 + 13, Size: 1}) // TCP flags
+		a.jump(bpf.JumpBitsSet, 0x07, "accept4", "")  // FIN, SYN, RST
+		a.op(bpf.LoadIndirect{Off: l3 + 12, Size: 1}) // data offset
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 4})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
+		a.op(bpf.ALUOpX{Op: bpf.ALUOpAdd}) // A = IHL*4 + TCP header
+		a.op(bpf.StoreScratch{Src: bpf.RegA, N: 0})
+		a.op(bpf.LoadAbsolute{Off: l3 + 2, Size: 2}) // total length
+		a.op(bpf.LoadScratch{Dst: bpf.RegX, N: 0})
+		a.op(bpf.ALUOpX{Op: bpf.ALUOpSub}) // A = payload length
+		a.jump(bpf.JumpEqual, 0, "drop4", "")
+		a.jump(bpf.JumpGreaterOrEqual, 0x10000, "accept4", "") // underflow: TSO/zero length
+		a.jump(bpf.JumpGreaterOrEqual, 3, "", "accept4")
+		a.op(bpf.LoadIndirect{Off: l3, Size: 1}) // first payload byte
+		a.jump(bpf.JumpEqual, 0x17, "", "accept4")
+		a.op(bpf.LoadIndirect{Off: l3 + 1, Size: 2})
+		a.jump(bpf.JumpEqual, 0x0303, "drop4", "accept4")
+		a.label("drop4")
+		a.op(bpf.RetConstant{Val: 0})
+	}
 	a.label("accept4")
 	a.op(bpf.RetConstant{Val: snapAll})
 
@@ -189,10 +228,37 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 	a.jump(bpf.JumpEqual, protoTCP, "ip6ports", "")
 	a.jump(bpf.JumpEqual, protoUDP, "ip6ports", "reject6")
 	a.label("ip6ports")
-	a.portCheck(l3+ipv6Hdr, false, ports, "accept6")
-	a.portCheck(l3+ipv6Hdr+2, false, ports, "accept6")
+	if len(ports) == 0 {
+		a.ja("match6")
+	} else {
+		a.portCheck(l3+ipv6Hdr, false, ports, "match6")
+		a.portCheck(l3+ipv6Hdr+2, false, ports, "match6")
+	}
 	a.label("reject6")
 	a.op(bpf.RetConstant{Val: 0})
+	a.label("match6")
+	if skipNoise {
+		t := l3 + ipv6Hdr
+		a.op(bpf.LoadAbsolute{Off: l3 + 6, Size: 1})
+		a.jump(bpf.JumpEqual, protoTCP, "", "accept6")
+		a.op(bpf.LoadAbsolute{Off: t + 13, Size: 1})
+		a.jump(bpf.JumpBitsSet, 0x07, "accept6", "")
+		a.op(bpf.LoadAbsolute{Off: t + 12, Size: 1})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftRight, Val: 4})
+		a.op(bpf.ALUOpConstant{Op: bpf.ALUOpShiftLeft, Val: 2})
+		a.op(bpf.TAX{})                              // X = TCP header length
+		a.op(bpf.LoadAbsolute{Off: l3 + 4, Size: 2}) // payload length
+		a.op(bpf.ALUOpX{Op: bpf.ALUOpSub})
+		a.jump(bpf.JumpEqual, 0, "drop6", "")
+		a.jump(bpf.JumpGreaterOrEqual, 0x10000, "accept6", "")
+		a.jump(bpf.JumpGreaterOrEqual, 3, "", "accept6")
+		a.op(bpf.LoadIndirect{Off: t, Size: 1})
+		a.jump(bpf.JumpEqual, 0x17, "", "accept6")
+		a.op(bpf.LoadIndirect{Off: t + 1, Size: 2})
+		a.jump(bpf.JumpEqual, 0x0303, "drop6", "accept6")
+		a.label("drop6")
+		a.op(bpf.RetConstant{Val: 0})
+	}
 	a.label("accept6")
 	a.op(bpf.RetConstant{Val: snapAll})
 	return a.assemble()
@@ -218,8 +284,8 @@ const (
 
 // socketFilter is Filter plus the loopback de-duplication for the socket
 // kind; nil means no filter.
-func socketFilter(linkType int, ports []uint16, loop int) ([]bpf.RawInstruction, error) {
-	prog, err := Filter(linkType, ports)
+func socketFilter(linkType int, ports []uint16, skipNoise bool, loop int) ([]bpf.RawInstruction, error) {
+	prog, err := FilterWith(linkType, ports, skipNoise)
 	if err != nil || loop == loopNone {
 		return prog, err
 	}

@@ -97,6 +97,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 type ringOpts struct {
 	frameSize, blockSize, numBlocks int
 	ports                           []uint16
+	skipNoise                       bool
 }
 
 // openGroup opens n rings on ifindex (0 = all interfaces) inside network
@@ -119,7 +120,7 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 		g.linkType = LinkEthernet
 		sockType = afpacket.SocketRaw
 	}
-	filter, err := socketFilter(g.linkType, o.ports, loop)
+	filter, err := socketFilter(g.linkType, o.ports, o.skipNoise, loop)
 	if err != nil {
 		return nil, err
 	}

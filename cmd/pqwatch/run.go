@@ -37,6 +37,7 @@ type runFlags struct {
 	procRoot    string
 	noProcs     bool
 	logLevel    string
+	pprof       bool
 }
 
 func (rf *runFlags) register(fs *flag.FlagSet) {
@@ -55,6 +56,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&rf.pprof, "pprof", false, "serve Go profiling under /debug/pprof/ on the metrics address")
 }
 
 func newLogger(level string, w io.Writer) (*slog.Logger, error) {
@@ -70,7 +72,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, StateDir: rf.stateDir,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
-		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows},
+		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, Pprof: rf.pprof,
 	}
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
