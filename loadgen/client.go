@@ -162,5 +162,10 @@ func classify(stage string, err error) string {
 	if errors.As(err, &ae) {
 		return stage + "_alert"
 	}
+	// A TLS alert from the server: name it (a bounded set), so that
+	// "protocol version not supported" or "handshake failure" is visible.
+	if _, desc, ok := strings.Cut(err.Error(), "remote error: tls: "); ok {
+		return stage + "_alert_" + strings.ReplaceAll(strings.TrimSpace(desc), " ", "_")
+	}
 	return stage + "_error"
 }
