@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -28,42 +27,6 @@ import (
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
-
-// startGoServer runs a crypto/tls server with default (hybrid-first)
-// preferences in namespace ns.
-func startGoServer(t *testing.T, ns, addr string) {
-	t.Helper()
-	_, _, cert := testenv.Cert(t, t.TempDir())
-	ln, err := testenv.Listen(ns, addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: true})
-				s.SetDeadline(time.Now().Add(5 * time.Second))
-				if s.Handshake() != nil {
-					return
-				}
-				br := bufio.NewReader(s)
-				for {
-					l, err := br.ReadString('\n')
-					if err != nil || l == "\r\n" {
-						break
-					}
-				}
-				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
-}
 
 // clientGroup makes one TLS connection from ns and returns the group the
 // client negotiated ("" when the handshake failed).
@@ -135,7 +98,7 @@ func TestLiveAgentNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startGoServer(t, pair.S, ":8443")
+	testenv.GoServer(t, pair.S, ":8443", nil)
 
 	ml, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -194,31 +194,7 @@ func groundTruth(t *testing.T, mode string) {
 	pair := testenv.NewPair(t, 1500)
 	testenv.StartNginx(t, testenv.NginxOptions{NS: pair.S, Listen: "443", ECDHCurve: "X25519:prime256v1"})
 	// A Go server with crypto/tls defaults (hybrid first).
-	_, _, cert := testenv.Cert(t, t.TempDir())
-	ln, err := testenv.Listen(pair.S, ":8443")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: true})
-				s.SetDeadline(time.Now().Add(5 * time.Second))
-				if s.Handshake() != nil {
-					return
-				}
-				buf := make([]byte, 2048)
-				s.Read(buf)
-				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
+	testenv.GoServer(t, pair.S, ":8443", nil)
 	clientNS, iface, host := pair.C, pair.SIf, pair.SAddr
 	if mode == "loopback" {
 		clientNS, iface, host = pair.S, "lo", "127.0.0.1"

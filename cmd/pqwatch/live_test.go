@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
@@ -26,37 +25,8 @@ import (
 // goTLSServer serves TLS with crypto/tls defaults on a loopback port.
 func goTLSServer(t *testing.T) (string, uint16) {
 	t.Helper()
-	_, _, cert := testenv.Cert(t, t.TempDir())
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{cert}, SessionTicketsDisabled: true})
-				s.SetDeadline(time.Now().Add(5 * time.Second))
-				if s.Handshake() != nil {
-					return
-				}
-				br := bufio.NewReader(s)
-				for {
-					l, err := br.ReadString('\n')
-					if err != nil || l == "\r\n" {
-						break
-					}
-				}
-				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
-	return ln.Addr().String(), uint16(ln.Addr().(*net.TCPAddr).Port)
+	a := testenv.GoServer(t, "", "127.0.0.1:0", nil)
+	return a.String(), uint16(a.(*net.TCPAddr).Port)
 }
 
 // handshake makes one TLS connection and returns the negotiated group.

@@ -406,3 +406,43 @@ func Output(cmd *exec.Cmd) string {
 	_ = cmd.Run()
 	return b.String()
 }
+
+// GoServer runs a crypto/tls HTTPS responder on addr inside namespace ns
+// ("" = current) with curves as its preference (nil = crypto/tls defaults,
+// hybrid first). Each connection gets one "200 ok" response and is closed.
+// It returns the listening address; t.Cleanup stops it.
+func GoServer(t testing.TB, ns, addr string, curves []tls.CurveID) net.Addr {
+	t.Helper()
+	_, _, cert := Cert(t, t.TempDir())
+	ln, err := Listen(ns, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: curves, SessionTicketsDisabled: true}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s := tls.Server(c, cfg)
+				_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+				if s.Handshake() != nil {
+					return
+				}
+				br := bufio.NewReader(s)
+				for {
+					l, err := br.ReadString('\n')
+					if err != nil || l == "\r\n" {
+						break
+					}
+				}
+				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	return ln.Addr()
+}
