@@ -27,9 +27,9 @@ const Any = "any"
 // bytes of kernel memory, and there is one ring per interface per worker.
 const (
 	DefaultFrameSize   = 4096
-	DefaultBlockSize   = 1 << 18 // 256 KiB; also the largest packet kept whole
-	DefaultNumBlocks   = 16      // 4 MiB per ring
-	DefaultPollTimeout = 200 * time.Millisecond
+	DefaultBlockSize   = 1 << 18     // 256 KiB; also the largest packet kept whole
+	DefaultNumBlocks   = 16          // 4 MiB per ring
+	DefaultPollTimeout = time.Second // a fallback: ring watchers nudge the workers
 )
 
 // Sentinel errors.

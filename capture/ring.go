@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"runtime"
 	"sync"
+	"syscall"
 
 	"github.com/gopacket/gopacket/afpacket"
 	"github.com/vishvananda/netns"
@@ -25,6 +27,56 @@ type ring struct {
 	mu     sync.Mutex
 	closed bool
 	final  IfaceStats // counters at close
+
+	// watchFile is a non-blocking dup of fd registered with Go's network
+	// poller; its watcher goroutine ends when it is closed.
+	watchFile *os.File
+}
+
+// watch starts the goroutine that calls nudge whenever the ring's socket
+// becomes readable (a block was retired, or an error is pending). Without
+// a pollable dup it falls back to nudging on a timer.
+func (r *ring) watch(nudge func()) {
+	nfd, err := unix.Dup(r.fd)
+	if err == nil {
+		unix.CloseOnExec(nfd)
+		if err = unix.SetNonblock(nfd, true); err != nil {
+			unix.Close(nfd)
+		}
+	}
+	var rc syscall.RawConn
+	if err == nil {
+		f := os.NewFile(uintptr(nfd), "afpacket")
+		if rc, err = f.SyscallConn(); err != nil {
+			f.Close()
+		} else {
+			r.mu.Lock()
+			r.watchFile = f
+			r.mu.Unlock()
+		}
+	}
+	if err != nil || rc == nil {
+		return // the worker's PollTimeout still drains the ring
+	}
+	go func() {
+		for {
+			first := true
+			err := rc.Read(func(fd uintptr) bool {
+				if first {
+					first = false
+					return false // wait for readiness
+				}
+				// Clear a pending socket error (ENETDOWN when the link
+				// goes down) so it is not reported again and again.
+				unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
+				return true
+			})
+			if err != nil {
+				return // closed
+			}
+			nudge()
+		}
+	}()
 }
 
 // stats returns the ring's cumulative kernel counters.
@@ -50,6 +102,9 @@ func (r *ring) close() {
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.closed = true
+		if r.watchFile != nil {
+			r.watchFile.Close()
+		}
 		r.tp.Close()
 	}
 }

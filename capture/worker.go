@@ -2,12 +2,8 @@ package capture
 
 import (
 	"context"
-	"encoding/binary"
-	"fmt"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // readBudget bounds how many packets a worker takes from one ring before it
@@ -23,24 +19,28 @@ type ctlMsg struct {
 
 // worker reads one fanout member of every captured interface. It owns its
 // rings: only it reads them and only it closes them while it runs.
+//
+// It never blocks in a raw poll(2): each ring has a watcher goroutine that
+// waits for readiness through Go's network poller (a dup of the ring's
+// socket registered with epoll) and nudges the worker. A goroutine parked
+// in the poller costs nothing; a thread blocked in poll(2) keeps the
+// runtime's sysmon thread waking every few microseconds and hands threads
+// back and forth at every wakeup, which at a few hundred handshakes a second
+// cost more CPU than parsing them.
 type worker struct {
-	c   *Capture
-	id  int
-	efd int // eventfd: new control messages or shutdown
+	c  *Capture
+	id int
+	// notify is nudged by ring watchers and by control messages.
+	notify chan struct{}
 
 	mu      sync.Mutex
 	pending []ctlMsg
 
 	rings []*ring
-	pfds  []unix.PollFd
 }
 
 func newWorker(c *Capture, id int) (*worker, error) {
-	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("capture: eventfd: %w", err)
-	}
-	return &worker{c: c, id: id, efd: efd}, nil
+	return &worker{c: c, id: id, notify: make(chan struct{}, 1)}, nil
 }
 
 // send queues m for the worker and wakes it; it never blocks.
@@ -52,17 +52,14 @@ func (w *worker) send(m ctlMsg) {
 }
 
 func (w *worker) wake() {
-	var one [8]byte
-	binary.NativeEndian.PutUint64(one[:], 1)
-	unix.Write(w.efd, one[:])
-}
-
-func (w *worker) closeFD() {
-	if w.efd >= 0 {
-		unix.Close(w.efd)
-		w.efd = -1
+	select {
+	case w.notify <- struct{}{}:
+	default:
 	}
 }
+
+// closeFD is kept for Capture's shutdown path; the worker owns no fd now.
+func (w *worker) closeFD() {}
 
 // control applies queued messages and rebuilds the poll set.
 func (w *worker) control() {
@@ -76,6 +73,7 @@ func (w *worker) control() {
 	for _, m := range msgs {
 		if m.add != nil {
 			w.rings = append(w.rings, m.add)
+			m.add.watch(w.wake)
 		}
 		if m.del != nil {
 			for i, r := range w.rings {
@@ -88,19 +86,14 @@ func (w *worker) control() {
 			m.done <- struct{}{}
 		}
 	}
-	w.pfds = w.pfds[:0]
-	w.pfds = append(w.pfds, unix.PollFd{Fd: int32(w.efd), Events: unix.POLLIN})
-	for _, r := range w.rings {
-		w.pfds = append(w.pfds, unix.PollFd{Fd: int32(r.fd), Events: unix.POLLIN})
-	}
 }
 
 // run is the worker loop: drain every ring (up to readBudget packets each),
-// and sleep in poll(2) on all of them when none had anything.
+// and wait for a nudge (or PollTimeout) when none had anything.
 func (w *worker) run(ctx context.Context, handle Handler) {
 	w.control()
-	timeout := int(w.c.cfg.PollTimeout / time.Millisecond)
-	var buf [8]byte
+	timer := time.NewTimer(w.c.cfg.PollTimeout)
+	defer timer.Stop()
 	for ctx.Err() == nil {
 		got := false
 		for _, r := range w.rings {
@@ -110,7 +103,7 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 				}
 				data, ci, err := r.tp.ZeroCopyReadPacketData()
 				if err != nil {
-					break // ErrTimeout: nothing ready (or ErrPoll, handled below)
+					break // ErrTimeout: nothing ready
 				}
 				got = true
 				w.deliver(handle, ci.Timestamp, r.linkType, data)
@@ -120,24 +113,11 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 			w.control()
 			continue
 		}
-		for i := range w.pfds {
-			w.pfds[i].Revents = 0
-		}
-		n, err := unix.Poll(w.pfds, timeout)
-		if err != nil || n <= 0 {
-			w.control()
-			continue
-		}
-		if w.pfds[0].Revents != 0 {
-			unix.Read(w.efd, buf[:])
-		}
-		for _, p := range w.pfds[1:] {
-			if p.Revents&unix.POLLERR != 0 {
-				// ENETDOWN when the link goes down or away: read it to
-				// clear it; the netlink follower closes rings of links
-				// that are gone, a link that comes back up resumes.
-				unix.GetsockoptInt(int(p.Fd), unix.SOL_SOCKET, unix.SO_ERROR)
-			}
+		timer.Reset(w.c.cfg.PollTimeout)
+		select {
+		case <-w.notify:
+		case <-timer.C:
+		case <-ctx.Done():
 		}
 		w.control()
 	}
