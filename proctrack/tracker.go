@@ -263,6 +263,8 @@ type Tracker struct {
 	buf         []byte
 
 	idxMu       sync.RWMutex
+	idxWhere    map[uint64]fdAt // inode -> where the index found it
+	hot         hotFDs
 	idx         map[uint64]*record.Generation
 	idxVersion  atomic.Uint64
 	refreshMu   sync.Mutex
@@ -1017,9 +1019,16 @@ func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, 
 		t.attributed.Add(1)
 		return g, true
 	}
+	if g, ok := t.probeHot(s.Inode); ok {
+		t.attributed.Add(1)
+		return g, true
+	}
 	if t.refreshIndex() {
 		if g, ok := t.lookupInode(s.Inode); ok {
 			t.attributed.Add(1)
+			if at, ok := t.lookupFD(s.Inode); ok {
+				t.hot.note(at.pid, at.fd)
+			}
 			return g, true
 		}
 	}
@@ -1037,6 +1046,16 @@ func (t *Tracker) wantPort(p uint16) {
 		t.lastListen = time.Time{}
 	}
 	t.mu.Unlock()
+}
+
+// fdAt is a process's fd number.
+type fdAt struct{ pid, fd int }
+
+func (t *Tracker) lookupFD(ino uint64) (fdAt, bool) {
+	t.idxMu.RLock()
+	at, ok := t.idxWhere[ino]
+	t.idxMu.RUnlock()
+	return at, ok
 }
 
 func (t *Tracker) lookupInode(ino uint64) (*record.Generation, bool) {
@@ -1071,6 +1090,7 @@ func (t *Tracker) refreshIndex() bool {
 	}
 	t.mu.RUnlock()
 	idx := make(map[uint64]*record.Generation, 2*len(t.idx)+16)
+	where := make(map[uint64]fdAt, 2*len(t.idx)+16)
 	for _, tg := range targets {
 		fdDir := t.path(tg.pid, "fd")
 		fds, err := readDirNames(fdDir)
@@ -1084,11 +1104,15 @@ func (t *Tracker) refreshIndex() bool {
 			}
 			if ino, err := parseSocketLink(l); err == nil {
 				idx[ino] = tg.rec
+				if n, err := strconv.Atoi(fd); err == nil {
+					where[ino] = fdAt{tg.pid, n}
+				}
 			}
 		}
 	}
 	t.idxMu.Lock()
 	t.idx = idx
+	t.idxWhere = where
 	t.idxMu.Unlock()
 	t.lastRefresh = time.Now()
 	t.idxVersion.Add(1)
