@@ -163,9 +163,12 @@ func (d *sockDiag) lookupTCP(server, client netip.AddrPort) (diagSocket, error) 
 		return false
 	})
 	if err != nil {
-		if !errors.Is(err, unix.ENOENT) {
-			d.reset()
+		if errors.Is(err, unix.ENOENT) {
+			// The common case for short connections: gone by the time
+			// the capture reported them. No formatting on this path.
+			return diagSocket{}, ErrNoConnection
 		}
+		d.reset()
 		return diagSocket{}, fmt.Errorf("%w: lookup %v->%v: %w", ErrNetlink, client, server, err)
 	}
 	if perr != nil {
@@ -177,7 +180,7 @@ func (d *sockDiag) lookupTCP(server, client netip.AddrPort) (diagSocket, error) 
 	// The kernel's exact lookup falls back to the listening socket when no
 	// connection matches: that is not the connection's socket.
 	if out.State == tcpListen || out.Remote.Port() != client.Port() {
-		return diagSocket{}, fmt.Errorf("%w: lookup %v->%v: %w", ErrNetlink, client, server, ErrNoConnection)
+		return diagSocket{}, ErrNoConnection
 	}
 	return out, nil
 }

@@ -256,6 +256,8 @@ type Tracker struct {
 	wantPorts   map[uint16]bool
 	lastListen  time.Time
 	listenOwner map[uint64]int // listener inode -> pid
+	boring      map[int]bool   // pids found neither nginx nor a server since the last full scan
+	lastFull    time.Time
 	listeners   listenerCache
 	serverPIDs  map[int]uint64 // pid -> start time of non-nginx servers
 	scans       uint64
@@ -396,10 +398,25 @@ func (t *Tracker) Scan() error {
 	}
 
 	seen := make(map[int]*proc, 64)
+	// Most processes are of no interest. A full scan reads every one; the
+	// scans between (nine in ten) skip those already found uninteresting,
+	// so a host with thousands of processes costs a readdir, not thousands
+	// of reads, per scan. New processes are always read; a process that
+	// execs nginx under an old pid is found by the next full scan.
+	full := t.boring == nil || now.Sub(t.lastFull) >= 10*t.cfg.ScanInterval
+	if full {
+		t.boring = make(map[int]bool, len(names))
+		t.lastFull = now
+	}
 	for _, name := range names {
 		pid, err := strconv.Atoi(name)
 		if err != nil || pid <= 0 {
 			continue
+		}
+		if !full && t.boring[pid] {
+			if _, srv := t.serverPIDs[pid]; !srv {
+				continue
+			}
 		}
 		b, err := t.readFile(t.path(pid, "stat"))
 		if err != nil {
@@ -427,6 +444,9 @@ func (t *Tracker) Scan() error {
 		}
 		nginx := t.isNginxComm(st.Comm) || p.role != roleNone
 		if !nginx && !isServer {
+			if !p.forkNoExec { // a forked child may still exec nginx
+				t.boring[pid] = true
+			}
 			continue
 		}
 		if nginx {
