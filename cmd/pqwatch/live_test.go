@@ -167,7 +167,7 @@ func TestAnalyzeJoinsNginxLogs(t *testing.T) {
 		var recs bytes.Buffer
 		runMain(context.Background(), []string{"analyze", "-format", "jsonl", capt.File}, &recs, io.Discard)
 		logText, _ := os.ReadFile(ngx.AccessLog)
-		t.Logf("records:\n%s\naccess log:\n%s", recs.String(), logText)
+		t.Logf("records:\n%s\naccess log:\n%s\ntcpdump: %q", recs.String(), logText, capt.Stderr)
 	}
 }
 

@@ -281,6 +281,8 @@ func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
 // Capture is a running tcpdump.
 type Capture struct {
 	File string
+	// Stderr holds tcpdump's last words (its packet counts) after Stop.
+	Stderr []string
 	cmd  *exec.Cmd
 	done chan error
 }
@@ -291,7 +293,10 @@ func StartCapture(t testing.TB, ns, iface, filter string) *Capture {
 	t.Helper()
 	NeedBin(t, "tcpdump")
 	c := &Capture{File: filepath.Join(t.TempDir(), "capture.pcap"), done: make(chan error, 1)}
-	args := []string{"-i", iface, "-U", "--immediate-mode", "-n", "-s", "0", "-w", c.File}
+	// In immediate mode libpcap sizes every ring frame to the snaplen: with
+	// the default 2 MB buffer and snaplen 262144 that is 8 frames, and a
+	// loaded machine drops packets. 64 KiB frames in a 64 MB buffer hold 1000.
+	args := []string{"-i", iface, "-U", "--immediate-mode", "-n", "-s", "65535", "-B", "65536", "-w", c.File}
 	if filter != "" {
 		args = append(args, filter)
 	}
@@ -305,6 +310,7 @@ func StartCapture(t testing.TB, ns, iface, filter string) *Capture {
 		sc := bufio.NewScanner(stderr)
 		once := false
 		for sc.Scan() {
+			c.Stderr = append(c.Stderr, sc.Text())
 			if !once && strings.Contains(sc.Text(), "listening on") {
 				once = true
 				close(ready)
@@ -320,6 +326,9 @@ func StartCapture(t testing.TB, ns, iface, filter string) *Capture {
 	case <-time.After(10 * time.Second):
 		t.Fatal("tcpdump did not start")
 	}
+	// tcpdump says "listening on" a moment before the kernel delivers to it:
+	// packets of a connection made at once were seen missing under load.
+	time.Sleep(300 * time.Millisecond)
 	t.Cleanup(func() { c.Stop() })
 	return c
 }
@@ -329,7 +338,22 @@ func (c *Capture) Stop() {
 	if c.cmd.Process == nil || c.cmd.ProcessState != nil {
 		return
 	}
-	time.Sleep(1200 * time.Millisecond) // let the last packets land (tcpdump may hold them ~1s)
+	// Let the last packets land: tcpdump may hold them for a while under
+	// load. Wait until the file has stopped growing for a second (at most
+	// 8 s), then stop it.
+	last, stable := int64(-1), 0
+	for i := 0; i < 80 && stable < 10; i++ {
+		time.Sleep(100 * time.Millisecond)
+		var size int64
+		if st, err := os.Stat(c.File); err == nil {
+			size = st.Size()
+		}
+		if size == last {
+			stable++
+		} else {
+			last, stable = size, 0
+		}
+	}
 	c.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-c.done:
