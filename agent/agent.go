@@ -100,6 +100,8 @@ type Agent struct {
 	attribQ    chan *record.Handshake
 	attribDone chan struct{}
 	attribSkip atomic.Uint64 // queue full: records passed on unattributed
+
+	lastAmbiguous, lastTooLong uint64 // mirrorJoinCounters' previous readings
 }
 
 // worker owns one Sniffer; mu serialises packets and the expiry ticker.
@@ -230,6 +232,18 @@ func (a *Agent) process(r *record.Handshake) {
 	a.deliver(r)
 }
 
+// mirrorJoinCounters turns the growth of counters kept elsewhere into
+// metrics: handshakes the joiner found ambiguous, and lines the tailers
+// skipped as over-long. Called from one goroutine (the ticker).
+func (a *Agent) mirrorJoinCounters() {
+	st := a.joiner.Stats()
+	a.metrics.AddLogJoins(exporter.JoinAmbiguous, st.AmbiguousHandshakes-a.lastAmbiguous)
+	a.lastAmbiguous = st.AmbiguousHandshakes
+	tl := a.lines.TooLong.Load()
+	a.metrics.AddLogLines("other", exporter.LogLineSkipped, tl-a.lastTooLong)
+	a.lastTooLong = tl
+}
+
 // JoinStats reports the access-log join (zero when no logs are tailed).
 func (a *Agent) JoinStats() join.Stats {
 	if a.joiner == nil {
@@ -306,6 +320,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				}
 				if a.joiner != nil {
 					a.joiner.Tick(now)
+					a.mirrorJoinCounters()
 				}
 			}
 		}

@@ -399,9 +399,29 @@ func (m *Metrics) LogLine(source, result string) {
 // LogJoin counts one join attempt; result is one of the Join* constants.
 // Other values are ignored.
 func (m *Metrics) LogJoin(result string) {
-	if c, ok := m.joins[result]; ok {
-		c.Inc()
+	m.AddLogJoins(result, 1)
+}
+
+// AddLogJoins adds n to pqwatch_log_joins_total{result}.
+func (m *Metrics) AddLogJoins(result string, n uint64) {
+	if c, ok := m.joins[result]; ok && n > 0 {
+		c.Add(float64(n))
 	}
+}
+
+// AddLogLines adds n to pqwatch_log_lines_total{source,result}.
+func (m *Metrics) AddLogLines(source, result string, n uint64) {
+	if n == 0 {
+		return
+	}
+	if _, ok := m.logLines[[2]string{source, LogLineOK}]; !ok {
+		source = labelOther
+	}
+	c, ok := m.logLines[[2]string{source, result}]
+	if !ok {
+		c = m.logLines[[2]string{source, labelOther}]
+	}
+	c.Add(float64(n))
 }
 
 // KafkaMessages adds n to pqwatch_kafka_messages_total{result}; result is one
