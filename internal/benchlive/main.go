@@ -342,6 +342,33 @@ func (p *proc) stop() {
 	})
 }
 
+// schedNs is the CPU time pid's threads (and, with kids, its children's
+// threads) have run, from /proc/PID/task/TID/schedstat: nanoseconds, exact,
+// where utime+stime are 10 ms ticks charged by sampling.
+func schedNs(pid int, kids bool) uint64 {
+	var total uint64
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			v, _ := strconv.ParseUint(f[0], 10, 64)
+			total += v
+		}
+		if kids {
+			cb, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+			for _, c := range strings.Fields(string(cb)) {
+				if cp, err := strconv.Atoi(c); err == nil {
+					total += schedNs(cp, true)
+				}
+			}
+		}
+	}
+	return total
+}
+
 // cpuTicks is utime+stime of pid from /proc/PID/stat, in clock ticks
 // (USER_HZ = 100 on Linux).
 func cpuTicks(pid int) (uint64, error) {
@@ -508,6 +535,7 @@ type cpuResult struct {
 	observedOK           float64
 	clientOK, clientSent int // loadgen: completed requests / all requests (warm-up included)
 	pqwatchTicks         uint64
+	pqNs, ngxNs          uint64 // schedstat run time over the load window
 	loadFor              time.Duration // wall time over which pqwatchTicks were counted
 	idleTicks            uint64
 	idleFor              time.Duration
@@ -686,6 +714,7 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	if err != nil {
 		return nil, err
 	}
+	pqNs0, ngxNs0 := schedNs(pq.pid(), false), schedNs(ngx.pid(), true)
 	loadStart := time.Now()
 	if err = spawn(lg); err == nil {
 		err = lg.Wait()
@@ -700,6 +729,7 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	if err != nil {
 		return nil, err
 	}
+	r.pqNs, r.ngxNs = schedNs(pq.pid(), false)-pqNs0, schedNs(ngx.pid(), true)-ngxNs0
 	after, err := sc.scrape(ctx)
 	if err != nil {
 		return nil, err
@@ -800,6 +830,11 @@ func printCPU(o options, rs []*cpuResult) {
 	})
 	row("  same, idle cost taken out", func(r *cpuResult) string {
 		return fmt.Sprintf("%.2f%%", 100*r.pqUsMarginal()/r.serverUs)
+	})
+	row("precise (schedstat): pqwatch µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.pqNs)/1000/r.observed) })
+	row("precise (schedstat): nginx µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.ngxNs)/1000/r.observed) })
+	row("precise (schedstat): pqwatch / nginx", func(r *cpuResult) string {
+		return fmt.Sprintf("%.2f%%", 100*float64(r.pqNs)/float64(r.ngxNs))
 	})
 	for _, r := range rs {
 		if int(r.observed) != r.clientOK {
