@@ -444,9 +444,9 @@ func (t *Tracker) Scan() error {
 		}
 		nginx := t.isNginxComm(st.Comm) || p.role != roleNone
 		if !nginx && !isServer {
-			if !p.forkNoExec { // a forked child may still exec nginx
-				t.boring[pid] = true
-			}
+			// A child caught between fork and exec of nginx is found at
+			// the next full scan; a USR2 child is nginx from the fork on.
+			t.boring[pid] = true
 			continue
 		}
 		if nginx {
