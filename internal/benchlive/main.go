@@ -535,7 +535,7 @@ type cpuResult struct {
 	observedOK           float64
 	clientOK, clientSent int // loadgen: completed requests / all requests (warm-up included)
 	pqwatchTicks         uint64
-	pqNs, ngxNs          uint64 // schedstat run time over the load window
+	pqNs, ngxNs          uint64        // schedstat run time over the load window
 	loadFor              time.Duration // wall time over which pqwatchTicks were counted
 	idleTicks            uint64
 	idleFor              time.Duration

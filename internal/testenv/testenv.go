@@ -283,8 +283,8 @@ type Capture struct {
 	File string
 	// Stderr holds tcpdump's last words (its packet counts) after Stop.
 	Stderr []string
-	cmd  *exec.Cmd
-	done chan error
+	cmd    *exec.Cmd
+	done   chan error
 }
 
 // StartCapture runs tcpdump -i iface in ns writing to a temp pcap, and waits
