@@ -308,6 +308,15 @@ func groundTruth(t *testing.T, mode string) {
 		if chs[0].Length+4 != r.ClientHelloBytes {
 			t.Errorf("%s: client_hello_bytes %d, tshark %d", tr.name, r.ClientHelloBytes, chs[0].Length+4)
 		}
+		// Handshake RTT: tshark shows a message in the frame that completes
+		// it, pqwatch starts at the first byte, so the two differ by the time
+		// between the hello's segments at most (back to back here).
+		if len(shs) > 0 && r.HandshakeRTTMicros > 0 {
+			want := (shs[0].Time - chs[0].Time) * 1e6
+			if d := float64(r.HandshakeRTTMicros) - want; d > 2000 || d < -2000 {
+				t.Errorf("%s: handshake_rtt_us %d, tshark's frames say %.0f", tr.name, r.HandshakeRTTMicros, want)
+			}
+		}
 		hrr := false
 		var final *testenv.TsharkHello
 		for i := range shs {

@@ -372,6 +372,7 @@ type TsharkHello struct {
 	Groups   []string
 	HRR      bool
 	Version  string
+	Time     float64 // frame.time_epoch of the frame tshark shows the message in
 }
 
 const hrrRandom = "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c"
@@ -385,7 +386,7 @@ func Tshark(t testing.TB, file string, decodeAs ...int) []TsharkHello {
 		"-T", "fields", "-E", "separator=|", "-E", "occurrence=a", "-E", "aggregator=,",
 		"-e", "frame.number", "-e", "ip.src", "-e", "ipv6.src", "-e", "tcp.srcport", "-e", "ip.dst", "-e", "ipv6.dst", "-e", "tcp.dstport",
 		"-e", "tls.handshake.type", "-e", "tls.handshake.length", "-e", "tls.handshake.extensions_key_share_group", "-e", "tls.handshake.random",
-		"-e", "tls.handshake.extensions.supported_version"}
+		"-e", "tls.handshake.extensions.supported_version", "-e", "frame.time_epoch"}
 	for _, p := range decodeAs {
 		args = append(args, "-d", fmt.Sprintf("tcp.port==%d,tls", p))
 	}
@@ -415,6 +416,9 @@ func Tshark(t testing.TB, file string, decodeAs ...int) []TsharkHello {
 			}
 			h.HRR = h.Type == 2 && strings.Contains(f[10], hrrRandom) || strings.Contains(strings.ReplaceAll(f[10], ":", ""), hrrRandom)
 			h.Version = f[11]
+			if len(f) > 12 {
+				fmt.Sscan(f[12], &h.Time)
+			}
 			if h.Type == 1 || h.Type == 2 {
 				hs = append(hs, h)
 			}
