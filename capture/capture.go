@@ -35,6 +35,8 @@ const (
 // Sentinel errors.
 var (
 	ErrRunning = errors.New("capture: Run called twice")
+	// ErrPermission: the process may not open packet sockets.
+	ErrPermission = errors.New("capture: permission denied")
 )
 
 // Config tells New what to capture.
@@ -107,6 +109,15 @@ type Capture struct {
 // that did not exist yet, or any new link that is up when Ifaces is nil) are
 // picked up by Run.
 func New(cfg Config) (*Capture, error) {
+	// Say plainly what is missing when the process may not capture, before
+	// the first namespace or netlink call fails with a vaguer message.
+	if fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, 0); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return nil, fmt.Errorf("%w: AF_PACKET capture needs root or CAP_NET_RAW: %w", ErrPermission, err)
+		}
+	} else {
+		unix.Close(fd)
+	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = runtime.NumCPU()
 	}

@@ -80,16 +80,21 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, errNoCapture) {
+		var nc noCaptureError
+		if !errors.As(err, &nc) {
 			return err
 		}
-		fmt.Fprintf(errw, "pqwatch demo: cannot capture live on loopback (%v).\n", errors.Unwrap(err))
+		fmt.Fprintf(errw, "pqwatch demo: cannot capture live on loopback (%v).\n", nc.err)
 		fmt.Fprintf(errw, "pqwatch demo: run as root (or with CAP_NET_RAW) for the live pipeline; generating a capture of the same real handshakes instead.\n\n")
 	}
 	return runOffline(ctx, o, out, onRecord, sum, fc)
 }
 
-var errNoCapture = errors.New("demo: live capture unavailable")
+// noCaptureError says live capture could not start, and why.
+type noCaptureError struct{ err error }
+
+func (e noCaptureError) Error() string { return "demo: live capture unavailable: " + e.err.Error() }
+func (e noCaptureError) Unwrap() error { return e.err }
 
 func serve(ln net.Listener, cert tls.Certificate) {
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: pcapgen.DemoServerCurves, SessionTicketsDisabled: true}
@@ -149,7 +154,7 @@ func runLive(ctx context.Context, o Options, port uint16, onRecord func(*record.
 	})
 	if err != nil {
 		ml.Close()
-		return fmt.Errorf("%w: %w", errNoCapture, err)
+		return noCaptureError{err}
 	}
 	actx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
