@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,12 @@ type Config struct {
 	// listener (off by default: it exposes internals).
 	Pprof bool
 
+	Version string // pqwatch_build_info{version}
+
+	// CaptureAll keeps every frame: without it pure ACKs and segments
+	// starting with a TLS application-data record are dropped in the kernel.
+	CaptureAll bool
+
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil = a new one
 }
@@ -124,14 +131,14 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Forecast != nil {
 		a.policy = *cfg.Forecast
 	}
-	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...))
+	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, buildRevision()))
 	n := cfg.Workers
 	if n <= 0 {
 		n = runtime.NumCPU()
 	}
 	// SkipNoise: pure ACKs and application-data segments are dropped in
 	// the kernel; they carry nothing a handshake record needs.
-	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, SkipNoise: true, Logger: cfg.Logger})
+	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, SkipNoise: !cfg.CaptureAll, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -184,6 +191,18 @@ func (a *Agent) Registry() *prometheus.Registry { return a.reg }
 
 // Processes is the process tracker, nil when tracking is off.
 func (a *Agent) Processes() *proctrack.Tracker { return a.procs }
+
+// buildRevision is the VCS revision the binary was built from, if known.
+func buildRevision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return ""
+}
 
 func parseReasons() []string {
 	r := append([]string(nil), sniffer.ErrorReasons()...)

@@ -173,22 +173,6 @@ func parseSocketLink(s string) (uint64, error) {
 	return n, nil
 }
 
-// cmdline splits /proc/PID/cmdline into arguments. nginx rewrites its title
-// in place ("nginx: master process /usr/sbin/nginx -c ..."), so a single
-// NUL-free or space-padded string is normal.
-func splitCmdline(b []byte) []string {
-	b = bytes.TrimRight(b, "\x00")
-	if len(b) == 0 {
-		return nil
-	}
-	parts := bytes.Split(b, []byte{0})
-	out := make([]string, 0, len(parts))
-	for _, p := range parts {
-		out = append(out, string(p))
-	}
-	return out
-}
-
 // nginxRole is what an nginx process title says it is.
 type nginxRole uint8
 

@@ -38,6 +38,7 @@ type runFlags struct {
 	noProcs     bool
 	logLevel    string
 	pprof       bool
+	captureAll  bool
 }
 
 func (rf *runFlags) register(fs *flag.FlagSet) {
@@ -57,6 +58,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&rf.pprof, "pprof", false, "serve Go profiling under /debug/pprof/ on the metrics address")
+	fs.BoolVar(&rf.captureAll, "capture-all", false, "keep every frame (default: pure ACKs and TLS application-data segments are dropped in the kernel)")
 }
 
 func newLogger(level string, w io.Writer) (*slog.Logger, error) {
@@ -72,7 +74,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, StateDir: rf.stateDir,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
-		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, Pprof: rf.pprof,
+		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, Pprof: rf.pprof, Version: version(), CaptureAll: rf.captureAll,
 	}
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}

@@ -985,7 +985,9 @@ func replayFigure(ctx context.Context, o options, dir string) ([]replayStep, int
 			return steps, conns, ctx.Err()
 		}
 		// A fresh agent per step: clean counters and an empty flow table.
-		pq, sc, err := startPqwatch(ctx, o, pr.s, "veth-s", maddr)
+		// -capture-all: every frame reaches the ring, so "captured" can be
+		// compared with what tcpreplay sent.
+		pq, sc, err := startPqwatch(ctx, o, pr.s, "veth-s", maddr, "-capture-all")
 		if err != nil {
 			return steps, conns, err
 		}
