@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -193,5 +194,35 @@ func TestDemo(t *testing.T) {
 				t.Errorf("%v: report lacks %q:\n%s", args, want, out)
 			}
 		}
+	}
+}
+
+// TestDemoWithoutPrivilege: run by a user who may not capture, the demo
+// says so and falls back to a generated capture of the same handshakes.
+func TestDemoWithoutPrivilege(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	testenv.NeedRoot(t) // to drop to an unprivileged user
+	setpriv := testenv.NeedBin(t, "setpriv")
+	bin := filepath.Join(t.TempDir(), "pqwatch")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	for d := filepath.Dir(bin); d != os.TempDir() && len(d) > 1; d = filepath.Dir(d) {
+		os.Chmod(d, 0o755) // nobody must reach the binary
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", bin, "demo", "-duration", "1s", "-metrics-addr", "127.0.0.1:0")
+	cmd.Dir = os.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo as nobody: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "CAP_NET_RAW") || !strings.Contains(stderr.String(), "generating a capture") {
+		t.Errorf("the demo did not say why it cannot capture:\n%s", stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "PQ share") || !strings.Contains(stdout.String(), "offline") {
+		t.Errorf("no offline report:\n%s", stdout.String())
 	}
 }
