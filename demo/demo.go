@@ -87,7 +87,7 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 		fmt.Fprintf(errw, "pqwatch demo: cannot capture live on loopback (%v).\n", nc.err)
 		fmt.Fprintf(errw, "pqwatch demo: run as root (or with CAP_NET_RAW) for the live pipeline; generating a capture of the same real handshakes instead.\n\n")
 	}
-	return runOffline(ctx, o, out, onRecord, sum, fc)
+	return runOffline(ctx, o, out, onRecord, sum)
 }
 
 // noCaptureError says live capture could not start, and why.
@@ -97,29 +97,7 @@ func (e noCaptureError) Error() string { return "demo: live capture unavailable:
 func (e noCaptureError) Unwrap() error { return e.err }
 
 func serve(ln net.Listener, cert tls.Certificate) {
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: pcapgen.DemoServerCurves, SessionTicketsDisabled: true}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			s := tls.Server(c, cfg)
-			_ = s.SetDeadline(time.Now().Add(5 * time.Second))
-			if s.Handshake() != nil {
-				return
-			}
-			br := bufio.NewReader(s)
-			for {
-				line, err := br.ReadString('\n')
-				if err != nil || line == "\r\n" {
-					break
-				}
-			}
-			fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
-		}()
-	}
+	pcapgen.Respond(ln, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: pcapgen.DemoServerCurves, SessionTicketsDisabled: true})
 }
 
 // client makes one connection as kind c and reports errors only for
@@ -207,9 +185,6 @@ loop:
 	mu.Lock()
 	defer mu.Unlock()
 	sum.Finish()
-	if f, ok := sum.Forecast.(*forecast.Report); ok {
-		f.Finish()
-	}
 	if pt := a.Processes(); pt != nil {
 		for _, g := range pt.Generations() {
 			if g.Connections > 0 {
@@ -252,7 +227,7 @@ func isTTY(w io.Writer) bool {
 }
 
 // runOffline writes a capture of the demo's handshakes and analyses it.
-func runOffline(ctx context.Context, o Options, out io.Writer, onRecord func(*record.Handshake), sum *report.Summary, fc *forecast.Report) error {
+func runOffline(ctx context.Context, o Options, out io.Writer, onRecord func(*record.Handshake), sum *report.Summary) error {
 	dir, err := os.MkdirTemp("", "pqwatch-demo-")
 	if err != nil {
 		return err
@@ -283,7 +258,6 @@ func runOffline(ctx context.Context, o Options, out io.Writer, onRecord func(*re
 	s.Flush()
 	sum.Packets = st.Packets
 	sum.Finish()
-	fc.Finish()
 	fmt.Fprintf(out, "(offline: %d connections of real crypto/tls handshakes written to a capture and analysed)\n\n", n)
 	return sum.WriteText(out)
 }

@@ -179,7 +179,8 @@ type tsharkHello struct {
 	typ    int
 	length int // handshake body, without the 4-byte header
 	groups []string
-	ja4    string // computed from tshark's fields (ClientHello only; tshark 4.0 has no ja4 field)
+	ja4    string  // computed from tshark's fields (ClientHello only; tshark 4.0 has no ja4 field)
+	time   float64 // frame.time_epoch of the frame tshark shows the message in
 }
 
 // tsharkQUICHellos runs tshark on file and returns every handshake message of
@@ -193,14 +194,15 @@ func tsharkQUICHellos(t *testing.T, file string, typ int) []tsharkHello {
 		"-e", "tls.handshake.type", "-e", "tls.handshake.length",
 		"-e", "tls.handshake.extensions_key_share_group",
 		"-e", "tls.handshake.ciphersuite", "-e", "tls.handshake.extension.type", "-e", "tls.handshake.sig_hash_alg",
-		"-e", "tls.handshake.extensions.supported_version", "-e", "tls.handshake.extensions_alpn_str").CombinedOutput()
+		"-e", "tls.handshake.extensions.supported_version", "-e", "tls.handshake.extensions_alpn_str",
+		"-e", "frame.time_epoch").CombinedOutput()
 	if err != nil {
 		t.Fatalf("tshark: %v\n%s", err, out)
 	}
 	var hs []tsharkHello
 	for line := range strings.Lines(string(out)) {
 		f := strings.Split(strings.TrimRight(line, "\n"), "|")
-		if len(f) != 13 {
+		if len(f) != 14 {
 			continue
 		}
 		types, lengths := strings.Split(f[5], ","), strings.Split(f[6], ",")
@@ -211,6 +213,7 @@ func tsharkQUICHellos(t *testing.T, file string, typ int) []tsharkHello {
 			h := tsharkHello{typ: typ}
 			h.frame, _ = strconv.Atoi(f[0])
 			h.length, _ = strconv.Atoi(lengths[i])
+			h.time, _ = strconv.ParseFloat(f[13], 64)
 			if typ == 1 {
 				h.client = net.JoinHostPort(f[1], f[2])
 			} else {
@@ -346,6 +349,18 @@ func compareTshark(t *testing.T, file string, recs []*record.Handshake) {
 				t.Errorf("%s: group %q, tshark %v", r.Client, r.Group, sh.groups)
 			}
 			t.Logf("%s: ServerHello tshark %d+4 group %v = ours %d %s", r.Client, sh.length, sh.groups, r.ServerHelloBytes, r.Group)
+			// Handshake RTT: tshark shows each hello in the frame that
+			// completes it; pqwatch measures from the first ClientHello
+			// byte to the first server Initial with CRYPTO data. On
+			// loopback the Initials of one flight are microseconds apart.
+			if ch != nil {
+				want := (sh.time - ch.time) * 1e6
+				if d := float64(r.HandshakeRTTMicros) - want; d > 2000 || d < -2000 {
+					t.Errorf("%s: handshake_rtt_us %d, tshark's frames say %.0f", r.Client, r.HandshakeRTTMicros, want)
+				} else {
+					t.Logf("%s: handshake_rtt_us %d, tshark's frames %.0f", r.Client, r.HandshakeRTTMicros, want)
+				}
+			}
 		}
 	}
 	if compared == 0 {

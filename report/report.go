@@ -4,6 +4,7 @@ package report
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -187,8 +188,12 @@ func (s *Summary) Add(r *record.Handshake) {
 	}
 }
 
-// Finish computes the derived fields (shares, medians, sorted lists).
+// Finish computes the derived fields (shares, medians, sorted lists), the
+// forecast section's too.
 func (s *Summary) Finish() {
+	if f, ok := s.Forecast.(interface{ Finish() }); ok {
+		f.Finish()
+	}
 	if s.Completed > 0 {
 		s.PQShare = float64(s.PQ) / float64(s.Completed)
 	}
@@ -245,6 +250,21 @@ func median(v []int) int {
 		return c[n/2]
 	}
 	return (c[n/2-1] + c[n/2]) / 2
+}
+
+// WriteJSON writes the summary as one indented JSON object (-format json).
+func (s *Summary) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s)
+}
+
+// Write renders the summary in format "json" or, otherwise, as text.
+func (s *Summary) Write(w io.Writer, format string) error {
+	if format == "json" {
+		return s.WriteJSON(w)
+	}
+	return s.WriteText(w)
 }
 
 // WriteText renders the human report.

@@ -1,7 +1,6 @@
 package sniffer
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"time"
 
@@ -572,5 +571,6 @@ func plainHTTP(b []byte) bool {
 // handshakeLen is a handshake message's total length, 4-byte header
 // included; b must hold at least the header.
 func handshakeLen(b []byte) int {
-	return 4 + int(binary.BigEndian.Uint32(b[:4])&0xffffff)
+	_, n, _ := tlsparse.ParseHandshakeHeader(b)
+	return n
 }

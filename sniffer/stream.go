@@ -1,6 +1,10 @@
 package sniffer
 
-import "time"
+import (
+	"time"
+
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
 
 // stream reassembles the first bytes of one TCP direction. It keeps a
 // contiguous prefix (buf, stream offset 0 = first byte after the SYN, or the
@@ -194,23 +198,17 @@ func (s *stream) rebase(d uint32) {
 // holding a ClientHello (client) or ServerHello (server), or, for a
 // server, a 2-byte plaintext alert record.
 func looksLikeHello(b []byte, server bool) bool {
-	if len(b) < 6 || b[1] != 3 || b[2] > 4 {
+	if len(b) < 6 {
 		return false
 	}
-	n := int(b[3])<<8 | int(b[4])
-	switch b[0] {
-	case 22:
-		if n == 0 || n > 16384+2048 {
-			return false
-		}
-		if server {
-			return b[5] == 2
-		}
-		return b[5] == 1
-	case 21:
-		return server && n == 2
+	if b[0] == tlsparse.ContentAlert {
+		return server && b[1] == 3 && b[2] <= 4 && b[3] == 0 && b[4] == 2
 	}
-	return false
+	want := uint8(tlsparse.TypeClientHello)
+	if server {
+		want = tlsparse.TypeServerHello
+	}
+	return tlsparse.LooksLikeTLS(b) && b[5] == want
 }
 
 // segmentsIn counts the distinct captured segments that began in

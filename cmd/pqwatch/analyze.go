@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,14 +86,9 @@ func version() string {
 }
 
 func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("analyze", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("analyze", "usage: pqwatch analyze [flags] FILE...\n\nRead pcap/pcapng captures (plain or gzip) and report every TLS/QUIC handshake.", stderr)
 	var cf commonFlags
 	cf.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: pqwatch analyze [flags] FILE...\n\nRead pcap/pcapng captures (plain or gzip) and report every TLS/QUIC handshake.\n\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -238,19 +232,13 @@ func (a *analysis) finish(st sniffer.Stats) error {
 	if st.FlowsEvicted > 0 {
 		a.sum.Errors["flows_evicted"] += st.FlowsEvicted
 	}
-	a.sum.Finish()
-	a.fc.Finish()
 	a.sum.Forecast = a.fc
+	a.sum.Finish()
 	var err error
-	switch a.format {
-	case "jsonl":
+	if a.format == "jsonl" {
 		err = a.jsonl.Flush()
-	case "json":
-		enc := json.NewEncoder(a.out)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(a.sum)
-	default:
-		err = a.sum.WriteText(a.out)
+	} else {
+		err = a.sum.Write(a.out, a.format)
 	}
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 
@@ -10,17 +9,12 @@ import (
 )
 
 func cmdDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("demo", "usage: pqwatch demo [flags]\n\nThe whole pipeline on this machine, no setup.", stderr)
 	var o demo.Options
 	fs.DurationVar(&o.Duration, "duration", 15e9, "how long the clients run")
 	fs.IntVar(&o.Rate, "rate", 20, "client connections per second")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", "127.0.0.1:9810", "`address` for /metrics while the demo runs (a busy port falls back to a free one)")
 	fs.BoolVar(&o.ForceOffline, "offline", false, "skip live capture: generate a capture and analyse it")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: pqwatch demo [flags]\n\nThe whole pipeline on this machine, no setup.\n\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -124,14 +123,9 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 }
 
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("run", "usage: pqwatch run [flags]\n\nLive agent: capture TLS/QUIC handshakes, serve /metrics, stream records.", stderr)
 	var rf runFlags
 	rf.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: pqwatch run [flags]\n\nLive agent: capture TLS/QUIC handshakes, serve /metrics, stream records.\n\n")
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -184,16 +178,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if oerr != nil {
 			err = oerr
 		} else {
-			sum.Finish()
-			fc.Finish()
 			sum.Forecast = fc
-			if rf.format == "json" {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				err = enc.Encode(sum)
-			} else {
-				err = sum.WriteText(out)
-			}
+			sum.Finish()
+			err = sum.Write(out, rf.format)
 			if cerr := c(); err == nil {
 				err = cerr
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -73,4 +74,16 @@ func (p *progress) done() {
 		fmt.Fprint(p.w, "\r\033[K")
 		p.printed = false
 	}
+}
+
+// newFlagSet returns a command's flag set writing errors and usage (the
+// synopsis, a blank line, the flags) to stderr.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s\n\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
 }

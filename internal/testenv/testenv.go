@@ -447,30 +447,6 @@ func GoServer(t testing.TB, ns, addr string, curves []tls.CurveID) net.Addr {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: curves, SessionTicketsDisabled: true}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s := tls.Server(c, cfg)
-				_ = s.SetDeadline(time.Now().Add(5 * time.Second))
-				if s.Handshake() != nil {
-					return
-				}
-				br := bufio.NewReader(s)
-				for {
-					l, err := br.ReadString('\n')
-					if err != nil || l == "\r\n" {
-						break
-					}
-				}
-				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
+	go pcapgen.Respond(ln, &tls.Config{Certificates: []tls.Certificate{cert}, CurvePreferences: curves, SessionTicketsDisabled: true})
 	return ln.Addr()
 }
