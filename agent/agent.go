@@ -47,6 +47,9 @@ type Config struct {
 	Ifaces  []string // names or "any"; nil = every interface that is up
 	Ports   []uint16 // narrow the capture (kernel BPF); nil = all
 	Workers int      // capture workers (fanout); 0 = one per CPU
+	// BlockTimeout: how long a packet may wait in a partly filled ring
+	// block (0 = capture.DefaultBlockTimeout).
+	BlockTimeout time.Duration
 
 	Sniffer sniffer.Config // bounds for each worker's sniffer (OnRecord is set by the agent)
 
@@ -104,8 +107,9 @@ type Agent struct {
 
 	// Attribution runs off the capture path: a process lookup may wait on
 	// netlink and /proc, and the rings must keep draining meanwhile.
-	attribQ    chan *record.Handshake
-	attribDone chan struct{}
+	attribQ     chan attribItem
+	attribNudge chan struct{} // wakes the attribution goroutine
+	attribDone  chan struct{}
 	attribSkip atomic.Uint64 // queue full: records passed on unattributed
 
 	lastAmbiguous, lastTooLong uint64 // mirrorJoinCounters' previous readings
@@ -138,7 +142,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	// SkipNoise: pure ACKs and application-data segments are dropped in
 	// the kernel; they carry nothing a handshake record needs.
-	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, SkipNoise: !cfg.CaptureAll, Logger: cfg.Logger})
+	capt, err := capture.New(capture.Config{Ifaces: cfg.Ifaces, Ports: cfg.Ports, Workers: n, BlockTimeout: cfg.BlockTimeout, SkipNoise: !cfg.CaptureAll, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -158,7 +162,8 @@ func New(cfg Config) (*Agent, error) {
 		} else {
 			a.procs = pt
 			a.reg.MustRegister(pt.Collector())
-			a.attribQ = make(chan *record.Handshake, 8192)
+			a.attribQ = make(chan attribItem, 8192)
+			a.attribNudge = make(chan struct{}, 1)
 			a.attribDone = make(chan struct{})
 		}
 	}
@@ -212,31 +217,151 @@ func parseReasons() []string {
 // handle runs on a capture worker for each record its sniffer finishes.
 // With process tracking the record goes to the attribution goroutine (or,
 // when its queue is full, on unattributed: the capture never waits).
+//
+// The attribution goroutine is not woken for each record: in a quiet
+// period records wait for the next process scan anyway, and waking another
+// goroutine (another thread) per record cost more than parsing it. It is
+// nudged only for records that need a prompt exact lookup (swap windows)
+// and when the queue is half full.
 func (a *Agent) handle(r *record.Handshake) {
-	if a.attribQ != nil {
+	if a.attribQ == nil {
+		a.process(r)
+		return
+	}
+	it := attribItem{r, time.Now()}
+	select {
+	case a.attribQ <- it:
+		if !a.mayBeQuiet(it) || len(a.attribQ) >= cap(a.attribQ)/2 {
+			a.nudgeAttrib()
+		}
+	default:
+		a.attribSkip.Add(1)
+		a.procs.NoteSkipped()
+		a.process(r)
+	}
+}
+
+func (a *Agent) nudgeAttrib() {
+	select {
+	case a.attribNudge <- struct{}{}:
+	default:
+	}
+}
+
+// attribItem is a finished record waiting for attribution, and when it was
+// finished: its connection had been accepted by then.
+type attribItem struct {
+	r    *record.Handshake
+	done time.Time
+}
+
+// acceptMargin is how long before its SYN a connection may count as
+// accepted in a quiet-period check: clock granularity and the capture's
+// timestamps, not the network, so a small margin.
+const acceptMargin = 50 * time.Millisecond
+
+// maxAttribWait bounds how long a record waits for the process scan that
+// confirms a quiet period; past it the record is looked up exactly.
+const maxAttribWait = 3 * time.Second
+
+// attributeLoop attributes queued records to server generations.
+//
+// Outside nginx swaps and reloads one generation serves each port, and a
+// per-connection lookup (sock_diag and /proc/PID/fd, some 15 µs, often too
+// late for a short connection) would only repeat what the process table
+// already says. So a record waits for the next process scan (at most a
+// ScanInterval): when no serving process started, exited or changed role
+// between its SYN and that scan, and one generation alone holds the
+// listener, that generation is the answer (tracker.AttributeQuiet).
+// Otherwise — a swap in progress — the record's socket is looked up
+// exactly (tracker.Attribute).
+func (a *Agent) attributeLoop() {
+	defer close(a.attribDone)
+	var pending []attribItem // waiting for a scan, oldest first
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	in := a.attribQ
+	for {
+		// Take what is queued.
+	drain:
+		for in != nil {
+			select {
+			case it, ok := <-in:
+				if !ok {
+					in = nil
+					break drain
+				}
+				if a.mayBeQuiet(it) && len(pending) < cap(a.attribQ) {
+					pending = append(pending, it)
+				} else {
+					a.attribute(it, false)
+				}
+			default:
+				break drain
+			}
+		}
+		scanAt, scanDone := a.procs.LastScan()
+		for len(pending) > 0 {
+			it := pending[0]
+			scanned := scanAt.After(it.done)
+			if in != nil && !scanned && time.Since(it.done) < maxAttribWait {
+				break // wait for the scan that follows it
+			}
+			a.attribute(it, scanned)
+			pending[0] = attribItem{}
+			pending = pending[1:]
+		}
+		if in == nil {
+			return // closed and drained: everything was attributed
+		}
+		var timeout <-chan time.Time
+		if len(pending) > 0 {
+			timer.Reset(maxAttribWait - time.Since(pending[0].done))
+			timeout = timer.C
+		}
 		select {
-		case a.attribQ <- r:
-			return
-		default:
-			a.attribSkip.Add(1)
+		case <-a.attribNudge:
+		case <-scanDone:
+		case <-timeout:
+		}
+		timer.Stop()
+	}
+}
+
+// mayBeQuiet says whether waiting for the next process scan can let the
+// record be attributed without a lookup: a TCP connection whose SYN was
+// seen after the current quiet period began, while no nginx swap is in
+// progress. Otherwise the record is looked up at once, while its socket
+// may still exist.
+func (a *Agent) mayBeQuiet(it attribItem) bool {
+	r := it.r
+	if r.Transport != record.TransportTCP || r.FlowStart.IsZero() {
+		return false
+	}
+	since, swapping := a.procs.QuietSince()
+	return !swapping && r.FlowStart.Add(-acceptMargin).After(since)
+}
+
+// attribute finds the generation of one record's server process; scanned
+// says a process scan has completed since the record was finished.
+func (a *Agent) attribute(it attribItem, scanned bool) {
+	r := it.r
+	if r.Transport == record.TransportTCP {
+		server, client := addrPort(r.Server), addrPort(r.Client)
+		g, ok := (*record.Generation)(nil), false
+		if scanned && !r.FlowStart.IsZero() {
+			g, ok = a.procs.AttributeQuiet(server, r.FlowStart.Add(-acceptMargin), it.done)
+		}
+		if !ok {
+			g, ok = a.procs.Attribute(client, server)
+		}
+		if ok {
+			gc := *g
+			r.Generation = &gc
+			a.procs.ObserveHandshake(g, r.Group)
 		}
 	}
 	a.process(r)
-}
-
-// attributeLoop attributes queued records to server generations.
-func (a *Agent) attributeLoop() {
-	defer close(a.attribDone)
-	for r := range a.attribQ {
-		if r.Transport == record.TransportTCP {
-			if g, ok := a.procs.Attribute(addrPort(r.Client), addrPort(r.Server)); ok {
-				gc := *g
-				r.Generation = &gc
-				a.procs.ObserveHandshake(g, r.Group)
-			}
-		}
-		a.process(r)
-	}
 }
 
 // process counts a record in the metrics at once; the record itself may
@@ -274,6 +399,11 @@ func (a *Agent) JoinStats() join.Stats {
 // deliver hands a finished record to the record sinks.
 func (a *Agent) deliver(r *record.Handshake) {
 	a.recordsOut.Add(1)
+	if g, l := r.Generation, r.Log; g != nil && g.WorkerPID == 0 && l != nil && l.Source == "nginx" && l.PID > 0 {
+		// nginx's $pid is the worker that handled the connection, and
+		// a connection never leaves the worker that accepted it.
+		g.WorkerPID = l.PID
+	}
 	if a.joiner != nil && r.Outcome == record.OutcomeOK {
 		if r.Log != nil {
 			a.metrics.LogJoin(exporter.JoinJoined)
@@ -359,6 +489,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.attribQ != nil {
 		close(a.attribQ)
+		a.nudgeAttrib()
 		<-a.attribDone
 	}
 	if a.joiner != nil {

@@ -29,7 +29,13 @@ const (
 	DefaultFrameSize   = 4096
 	DefaultBlockSize   = 1 << 18     // 256 KiB; also the largest packet kept whole
 	DefaultNumBlocks   = 16          // 4 MiB per ring
-	DefaultPollTimeout = time.Second // a fallback: ring watchers nudge the workers
+	DefaultPollTimeout = 5 * time.Second // a fallback: ring watchers nudge the workers
+	// DefaultBlockTimeout is how long the kernel keeps a partly filled
+	// block before handing it to the worker. Each hand-over wakes the
+	// process; at a few hundred handshakes a second those wakeups, not the
+	// parsing, are most of the capture's CPU. A full block is handed over
+	// at once, so at high rates this timeout plays no part.
+	DefaultBlockTimeout = 250 * time.Millisecond
 )
 
 // Sentinel errors.
@@ -58,6 +64,9 @@ type Config struct {
 	// Ring geometry (TPACKET_V3): BlockSize must be a multiple of the page
 	// size and of FrameSize.
 	FrameSize, BlockSize, NumBlocks int
+	// BlockTimeout bounds how long a packet waits in a partly filled block
+	// (TPACKET_V3 tp_retire_blk_tov, millisecond granularity).
+	BlockTimeout time.Duration
 	// PollTimeout bounds how long an idle worker sleeps in poll(2) before
 	// looking around again (wakeups for new rings and shutdown are
 	// immediate anyway).
@@ -133,6 +142,12 @@ func New(cfg Config) (*Capture, error) {
 	if cfg.PollTimeout <= 0 {
 		cfg.PollTimeout = DefaultPollTimeout
 	}
+	if cfg.BlockTimeout <= 0 {
+		cfg.BlockTimeout = DefaultBlockTimeout
+	}
+	if cfg.BlockTimeout < time.Millisecond || cfg.BlockTimeout > time.Minute {
+		return nil, fmt.Errorf("capture: block timeout %v: from 1ms to 1m", cfg.BlockTimeout)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -146,7 +161,7 @@ func New(cfg Config) (*Capture, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		groups: map[int]*group{},
-		opts:   ringOpts{frameSize: cfg.FrameSize, blockSize: cfg.BlockSize, numBlocks: cfg.NumBlocks, ports: cfg.Ports, skipNoise: cfg.SkipNoise},
+		opts:   ringOpts{frameSize: cfg.FrameSize, blockSize: cfg.BlockSize, numBlocks: cfg.NumBlocks, blockTimeout: cfg.BlockTimeout, ports: cfg.Ports, skipNoise: cfg.SkipNoise},
 	}
 	for _, n := range cfg.Ifaces {
 		if n == Any {

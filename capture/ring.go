@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gopacket/gopacket/afpacket"
 	"github.com/vishvananda/netns"
@@ -151,6 +152,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // ringOpts are the parts of Config a ring needs.
 type ringOpts struct {
 	frameSize, blockSize, numBlocks int
+	blockTimeout                    time.Duration
 	ports                           []uint16
 	skipNoise                       bool
 }
@@ -188,6 +190,7 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 				afpacket.OptFrameSize(o.frameSize),
 				afpacket.OptBlockSize(o.blockSize),
 				afpacket.OptNumBlocks(o.numBlocks),
+				afpacket.OptBlockTimeout(o.blockTimeout),
 				afpacket.OptPollTimeout(0), // reads never block; workers poll
 				afpacket.OptTPacketVersion(afpacket.TPacketVersion3),
 			)

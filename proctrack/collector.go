@@ -11,7 +11,7 @@ import (
 type Collector struct {
 	t *Tracker
 
-	info, cpu, rss, workers, handshakes, events, failed *prometheus.Desc
+	info, cpu, rss, workers, handshakes, events, failed, attrib *prometheus.Desc
 }
 
 // Collector returns the Prometheus collector of t.
@@ -39,12 +39,15 @@ func (t *Tracker) Collector() *Collector {
 		failed: prometheus.NewDesc("pqwatch_swap_failed_total",
 			"Swaps that failed: .oldbin or [emerg] without a new master running in time.",
 			nil, nil),
+		attrib: prometheus.NewDesc("pqwatch_attributions_total",
+			"TCP handshakes by how their server process was found: quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).",
+			[]string{"method"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed} {
+	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed, c.attrib} {
 		ch <- d
 	}
 }
@@ -73,4 +76,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(t.counts[k]), k)
 	}
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(t.failed))
+	for _, m := range []struct {
+		method string
+		n      uint64
+	}{{"quiet", t.quiet.Load()}, {"socket", t.bySocket.Load()}, {"listener", t.byListener.Load()}, {"none", t.unattributed.Load()}, {"skipped", t.skipped.Load()}} {
+		ch <- prometheus.MustNewConstMetric(c.attrib, prometheus.CounterValue, float64(m.n), m.method)
+	}
 }

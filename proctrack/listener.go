@@ -11,15 +11,29 @@ import (
 
 // listenerCache remembers, per server address, which generation owns the
 // listening socket, so short connections whose socket is already gone when
-// the capture reports them can still be attributed.
+// the capture reports them can still be attributed, and so quiet periods
+// need no per-connection lookup at all (AttributeQuiet).
 type listenerCache struct {
 	mu      sync.Mutex
 	entries map[netip.AddrPort]listenerEntry
 }
 
 type listenerEntry struct {
-	at  time.Time
-	gen *record.Generation // nil: no owner or more than one generation
+	at time.Time
+	owner
+}
+
+// owner is who holds the listening sockets of one server address.
+type owner struct {
+	// gen is the one generation holding them (WorkerPID unset); nil when
+	// none or more than one does.
+	gen *record.Generation
+	// all: every listening socket on the address is held by gen's
+	// processes (none is held only by a process the tracker does not know).
+	all bool
+	// single is gen's only serving process (WorkerPID set), when it has
+	// exactly one: then that process accepted every connection.
+	single *record.Generation
 }
 
 const listenerTTL = time.Second
@@ -30,37 +44,44 @@ const listenerTTL = time.Second
 // is "unknown" then, never a guess. WorkerPID is left unset: any worker of
 // the generation may have accepted the connection.
 func (t *Tracker) attributeListener(server netip.AddrPort) (*record.Generation, bool) {
+	o := t.listenerOwnerCached(server, time.Time{})
+	return o.gen, o.gen != nil
+}
+
+// listenerOwnerCached is listenerOwner, cached for listenerTTL, and never
+// older than notBefore.
+func (t *Tracker) listenerOwnerCached(server netip.AddrPort, notBefore time.Time) owner {
 	c := &t.listeners
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := time.Now()
-	if e, ok := c.entries[server]; ok && now.Sub(e.at) < listenerTTL {
-		return e.gen, e.gen != nil
+	now := t.cfg.Now()
+	if e, ok := c.entries[server]; ok && now.Sub(e.at) < listenerTTL && !e.at.Before(notBefore) {
+		return e.owner
 	}
 	if c.entries == nil || len(c.entries) > 256 {
 		c.entries = make(map[netip.AddrPort]listenerEntry)
 	}
-	gen := t.listenerOwner(server)
-	c.entries[server] = listenerEntry{at: now, gen: gen}
-	return gen, gen != nil
+	o := t.listenerOwner(server)
+	c.entries[server] = listenerEntry{at: now, owner: o}
+	return o
 }
 
-func (t *Tracker) listenerOwner(server netip.AddrPort) *record.Generation {
+func (t *Tracker) listenerOwner(server netip.AddrPort) owner {
 	ls, err := t.diag.listeners()
 	if err != nil {
-		return nil
+		return owner{}
 	}
-	inodes := map[uint64]bool{}
+	inodes := map[uint64]bool{} // listener inode -> held by a serving process
 	for _, l := range ls {
 		if l.Local.Port() != server.Port() || l.Inode == 0 {
 			continue
 		}
 		if a := l.Local.Addr().Unmap(); a.IsUnspecified() || a == server.Addr().Unmap() {
-			inodes[l.Inode] = true
+			inodes[l.Inode] = false
 		}
 	}
 	if len(inodes) == 0 {
-		return nil
+		return owner{}
 	}
 	t.mu.RLock()
 	type target struct {
@@ -72,34 +93,63 @@ func (t *Tracker) listenerOwner(server netip.AddrPort) *record.Generation {
 		targets = append(targets, target{p.key.pid, p.rec})
 	}
 	t.mu.RUnlock()
-	var found *record.Generation
+	var found, single *record.Generation
+	procs, marked := 0, 0 // serving processes of found's generation; inodes seen held
 	for _, tg := range targets {
-		if tg.rec == nil || (found != nil && found.ID == tg.rec.ID) {
+		if tg.rec == nil {
+			continue
+		}
+		if found != nil && found.ID == tg.rec.ID {
+			// Another process of the same generation (an nginx worker):
+			// it holds the listeners it inherited; its fds need no
+			// reading.
+			procs++
 			continue
 		}
 		fdDir := t.path(tg.pid, "fd")
-		fds, err := readDirNames(fdDir)
+		fds, err := readDirNames(fdDir) // ascending: listeners are low fds
 		if err != nil {
 			continue
 		}
+		held := false
 		for _, fd := range fds {
 			l, err := os.Readlink(fdDir + "/" + fd)
 			if err != nil {
 				continue
 			}
-			if ino, err := parseSocketLink(l); err == nil && inodes[ino] {
-				if found != nil && found.ID != tg.rec.ID {
-					return nil // two generations share the listener: a swap
-				}
-				found = tg.rec
+			ino, err := parseSocketLink(l)
+			if err != nil {
+				continue
+			}
+			seen, ok := inodes[ino]
+			if !ok {
+				continue
+			}
+			if found != nil {
+				return owner{} // two generations share the listener: a swap
+			}
+			held = true
+			if !seen {
+				inodes[ino] = true
+				marked++
+			}
+			if marked == len(inodes) {
 				break
 			}
 		}
+		if held {
+			found, single, procs = tg.rec, tg.rec, 1
+		}
 	}
 	if found == nil {
-		return nil
+		return owner{}
 	}
+	o := owner{all: marked == len(inodes)}
 	g := *found
 	g.WorkerPID = 0
-	return &g
+	o.gen = &g
+	if procs == 1 {
+		o.single = single
+	}
+	return o
 }

@@ -303,6 +303,9 @@ type served struct {
 	gen    *record.Generation
 	ok     bool
 	closed bool // the server closed the connection before answering
+	// quiet is AttributeQuiet's answer, asked once the scan after the
+	// handshake completed (nil answer: not a quiet period).
+	quiet chan *record.Generation
 }
 
 // load runs bounded handshakes at ~rate/s against the lab until stop is
@@ -343,13 +346,31 @@ func runLoad(t *testing.T, l *nginxLab, tr *Tracker, rate int, stop <-chan struc
 
 func oneHandshake(server netip.AddrPort, cfg *tls.Config, tr *Tracker) (served, error) {
 	d := &net.Dialer{Timeout: 2 * time.Second}
+	dialAt := time.Now()
 	c, err := tls.DialWithDialer(d, "tcp", server.String(), cfg)
 	if err != nil {
 		return served{}, err
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	s := served{at: time.Now(), curve: c.ConnectionState().CurveID}
+	s := served{at: time.Now(), curve: c.ConnectionState().CurveID, quiet: make(chan *record.Generation, 1)}
+	// The agent's quiet path, asked as the agent asks it: after the next
+	// scan, for a connection accepted between dialAt and now.
+	go func(done time.Time) {
+		for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+			last, next := tr.LastScan()
+			if last.After(done) {
+				g, _ := tr.AttributeQuiet(server, dialAt, done)
+				s.quiet <- g
+				return
+			}
+			select {
+			case <-next:
+			case <-time.After(time.Second):
+			}
+		}
+		s.quiet <- nil
+	}(s.at)
 	client := c.LocalAddr().(*net.TCPAddr).AddrPort()
 	// Right after the handshake, as the capture pipeline does: the server
 	// socket exists and is owned by the worker that accepted it.
@@ -472,7 +493,7 @@ func waitEvent(t *testing.T, tr *Tracker, d time.Duration, kind string, ids ...s
 func checkAttribution(t *testing.T, tr *Tracker, res []served, workersOf map[int]string) map[string]int {
 	t.Helper()
 	per := map[string]int{}
-	bad, closed := 0, 0
+	bad, closed, quiet := 0, 0, 0
 	for _, s := range res {
 		if s.closed {
 			closed++
@@ -496,8 +517,19 @@ func checkAttribution(t *testing.T, tr *Tracker, res []served, workersOf map[int
 			t.Errorf("worker %d belongs to %s, attributed to %s", s.xpid, id, s.gen.ID)
 		}
 		per[s.gen.ID]++
+		// The quiet path answers only when it cannot be wrong.
+		if q := <-s.quiet; q != nil {
+			quiet++
+			if q.ID != s.gen.ID || (q.WorkerPID != 0 && q.WorkerPID != s.xpid) {
+				bad++
+				t.Errorf("quiet attribution %s worker %d, exact %s worker %d", q.ID, q.WorkerPID, s.gen.ID, s.xpid)
+			}
+		}
 	}
-	t.Logf("%d handshakes, %d misattributed, %d closed by a draining worker before the request, per generation %v", len(res), bad, closed, per)
+	t.Logf("%d handshakes, %d misattributed, %d closed by a draining worker before the request, %d attributed in a quiet period, per generation %v", len(res), bad, closed, quiet, per)
+	if quiet == 0 {
+		t.Error("no handshake attributed in a quiet period")
+	}
 	if closed > len(res)/10 {
 		t.Errorf("%d of %d connections closed before the request", closed, len(res))
 	}

@@ -59,8 +59,12 @@ type Config struct {
 	// ProcRoot is the proc filesystem to read, "/proc" by default
 	// ("/host/proc" for a Kubernetes DaemonSet with hostPID and a host mount).
 	ProcRoot string
-	// ScanInterval is the period of Run's scans, 500 ms by default (a scan
-	// walks all of /proc: its cost grows with the host's processes).
+	// ScanInterval is the period of Run's scans, 1 s by default: swap
+	// events are seen within it, and records wait up to it for the scan
+	// that confirms a quiet period. A scan reads /proc's directory and the
+	// files of the server processes (every process's stat in one scan of
+	// thirty); on a small VM one costs about a millisecond of CPU, most of
+	// it system calls and the Go runtime's wakeups around them.
 	ScanInterval time.Duration
 	// FailedSwapTimeout is how long after a ".oldbin" pid file or an [emerg]
 	// a second master must run before the swap is declared failed, 3 s by
@@ -105,7 +109,7 @@ func (c *Config) setDefaults() {
 		c.ProcRoot = "/proc"
 	}
 	if c.ScanInterval <= 0 {
-		c.ScanInterval = 500 * time.Millisecond
+		c.ScanInterval = time.Second
 	}
 	if c.FailedSwapTimeout <= 0 {
 		c.FailedSwapTimeout = 3 * time.Second
@@ -264,6 +268,20 @@ type Tracker struct {
 	scanErrors  uint64
 	buf         []byte
 
+	// Quiet periods (AttributeQuiet): the serving set as of the last
+	// scan, when it last changed, when the last scan started, and a
+	// channel closed when the next scan completes.
+	servingSig []servingEntry
+	quietFrom  time.Time
+	lastScanAt time.Time
+	scanDone   chan struct{}
+
+	quietAt    atomic.Int64 // quietFrom in Unix ns, for QuietSince
+	swapping   atomic.Bool  // two generations of one nginx lineage alive
+
+	childrenOK bool      // /proc/PID/task/PID/children exists: light scans possible
+	lastDir    time.Time // last scan that read /proc's directory
+
 	idxMu       sync.RWMutex
 	idxWhere    map[uint64]fdAt // inode -> where the index found it
 	hot         hotFDs
@@ -273,7 +291,11 @@ type Tracker struct {
 	lastRefresh time.Time
 
 	attributed   atomic.Uint64
+	quiet        atomic.Uint64 // of attributed: by AttributeQuiet
+	byListener   atomic.Uint64 // of attributed: the socket was gone, the listener's owner answered
+	bySocket     atomic.Uint64 // of attributed: the connection's own socket
 	unattributed atomic.Uint64
+	skipped      atomic.Uint64 // NoteSkipped: never asked
 	unknownHS    atomic.Uint64
 	evicted      atomic.Uint64
 }
@@ -302,9 +324,15 @@ func New(cfg Config) (*Tracker, error) {
 		serverPIDs:  make(map[int]uint64),
 		idx:         make(map[uint64]*record.Generation),
 		buf:         make([]byte, 0, 4096),
+		scanDone:    make(chan struct{}),
 	}
 	for _, k := range Kinds {
 		t.counts[k] = 0
+	}
+	// Light scans follow nginx masters' children through this file; pid 1
+	// exists in every pid namespace.
+	if _, err := os.Stat(filepath.Join(cfg.ProcRoot, "1/task/1/children")); err == nil {
+		t.childrenOK = true
 	}
 	for _, p := range cfg.ServerPorts {
 		t.wantPorts[p] = true
@@ -346,12 +374,15 @@ func (t *Tracker) path(pid int, name string) string {
 }
 
 // readFile reads a small /proc file into the tracker's reusable buffer.
+// It calls open/read/close itself: os.Open would also try, and fail, to
+// register each /proc file with the network poller, five more system calls
+// per file, and a scan reads a few files per server process every second.
 func (t *Tracker) readFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	fd, err := openRead(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer syscall.Close(fd)
 	b := t.buf[:0]
 	for {
 		if len(b) == cap(b) {
@@ -360,14 +391,29 @@ func (t *Tracker) readFile(path string) ([]byte, error) {
 			}
 			b = slices.Grow(b, cap(b))
 		}
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil || n == 0 {
+		n, err := syscall.Read(fd, b[len(b):cap(b)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
 			break
 		}
+		b = b[:len(b)+n]
 	}
 	t.buf = b
 	return b, nil
+}
+
+func openRead(path string) (int, error) {
+	for {
+		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != syscall.EINTR {
+			if err != nil {
+				return -1, &fs.PathError{Op: "open", Path: path, Err: err}
+			}
+			return fd, nil
+		}
+	}
 }
 
 func (t *Tracker) isNginxComm(comm string) bool {
@@ -379,40 +425,89 @@ func (t *Tracker) isNginxComm(comm string) bool {
 	return false
 }
 
+// fullScanEvery: one scan in this many reads every process's stat, to find
+// a process that became nginx by exec under a pid already seen.
+// dirScanEvery: one in this many reads /proc's directory, to find servers
+// that are not children of a tracked nginx master.
+const (
+	fullScanEvery = 30
+	dirScanEvery  = 5
+)
+
+// appendChildren appends the children of a single-threaded process (an
+// nginx master) to pids.
+func (t *Tracker) appendChildren(pids []int, pid int) []int {
+	b, err := t.readFile(t.path(pid, "task/"+strconv.Itoa(pid)+"/children"))
+	if err != nil {
+		return pids
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil && c > 0 {
+			pids = append(pids, c)
+		}
+	}
+	return pids
+}
+
 // Scan reads /proc once, updates generations and emits swap events.
 func (t *Tracker) Scan() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.cfg.Now()
 	t.scans++
-	dir, err := os.Open(t.cfg.ProcRoot)
-	if err != nil {
-		t.scanErrors++
-		return fmt.Errorf("proctrack: %w", err)
-	}
-	names, err := dir.Readdirnames(-1)
-	dir.Close()
-	if err != nil {
-		t.scanErrors++
-		return fmt.Errorf("proctrack: %w", err)
+
+	// Three depths of scan. Most processes are of no interest:
+	//   - full (one in fullScanEvery): /proc's directory, every process's
+	//     stat, to find a process that exec'd nginx under a pid seen before;
+	//   - directory (every dirScanEvery): /proc's directory, skipping the
+	//     pids already found uninteresting; new processes are read;
+	//   - light (the rest): no directory at all: the processes already
+	//     tracked, and the children of nginx masters (new workers, a USR2
+	//     master and its workers), from /proc/PID/task/PID/children.
+	// Reading /proc's directory is the dearest part of a scan on a busy
+	// host; a light scan costs a few reads per server process. Without the
+	// children files (a kernel without CONFIG_PROC_CHILDREN) every scan
+	// reads the directory.
+	full := t.boring == nil || now.Sub(t.lastFull) >= fullScanEvery*t.cfg.ScanInterval
+	light := !full && t.childrenOK && now.Sub(t.lastDir) < dirScanEvery*t.cfg.ScanInterval
+	var pids []int
+	if light {
+		for pid := range t.procs {
+			pids = append(pids, pid)
+		}
+		for pid := range t.serverPIDs {
+			if t.procs[pid] == nil {
+				pids = append(pids, pid)
+			}
+		}
+		slices.Sort(pids) // masters before the children they fork, mostly
+	} else {
+		names, err := readDirNames(t.cfg.ProcRoot)
+		if err != nil {
+			t.scanErrors++
+			return fmt.Errorf("proctrack: %w", err)
+		}
+		pids = make([]int, 0, len(names))
+		for _, name := range names {
+			if pid, err := strconv.Atoi(name); err == nil && pid > 0 {
+				pids = append(pids, pid)
+			}
+		}
+		t.lastDir = now
 	}
 
 	seen := make(map[int]*proc, 64)
-	// Most processes are of no interest. A full scan reads every one; the
-	// scans between (nine in ten) skip those already found uninteresting,
-	// so a host with thousands of processes costs a readdir, not thousands
-	// of reads, per scan. New processes are always read; a process that
-	// execs nginx under an old pid is found by the next full scan.
-	full := t.boring == nil || now.Sub(t.lastFull) >= 10*t.cfg.ScanInterval
 	if full {
-		t.boring = make(map[int]bool, len(names))
+		t.boring = make(map[int]bool, len(pids))
 		t.lastFull = now
 	}
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid <= 0 {
+	visited := make(map[int]bool, len(pids))
+	for i := 0; i < len(pids); i++ {
+		pid := pids[i]
+		if visited[pid] {
 			continue
 		}
+		visited[pid] = true
 		if !full && t.boring[pid] {
 			if _, srv := t.serverPIDs[pid]; !srv {
 				continue
@@ -450,12 +545,19 @@ func (t *Tracker) Scan() error {
 			continue
 		}
 		if nginx {
+			// A parent found uninteresting may have been caught between
+			// fork and exec of nginx (a master run in the foreground):
+			// read it again next scan rather than at the next full one.
+			delete(t.boring, st.PPID)
 			if cb, err := t.readFile(t.path(pid, "cmdline")); err == nil {
 				role, args := nginxTitle(cb)
 				p.role = role
 				if role == roleMaster {
 					p.masterArgs = args
 				}
+			}
+			if light && p.role == roleMaster {
+				pids = t.appendChildren(pids, pid)
 			}
 		}
 		p.server = isServer && p.role == roleNone
@@ -666,7 +768,98 @@ func (t *Tracker) Scan() error {
 	}
 	t.evict()
 	t.discoverServers(now)
+	t.noteServing(now)
 	return nil
+}
+
+// servingEntry is one serving process as a quiet period sees it.
+type servingEntry struct {
+	key  procKey
+	role nginxRole
+}
+
+// noteServing ends a scan that started at now: a change in the serving set
+// (a process started, exited or changed role) starts a new quiet period,
+// and waiters of ScanDone are released. The caller holds t.mu.
+func (t *Tracker) noteServing(now time.Time) {
+	sig := make([]servingEntry, 0, len(t.serving))
+	for _, p := range t.serving {
+		sig = append(sig, servingEntry{p.key, p.role})
+	}
+	slices.SortFunc(sig, func(a, b servingEntry) int { return a.key.pid - b.key.pid })
+	if !slices.Equal(sig, t.servingSig) || t.quietFrom.IsZero() {
+		// A process that exited was alive at the previous scan and may
+		// have served until this one: the new period starts now.
+		t.servingSig, t.quietFrom = sig, now
+	}
+	swapping := false
+	for _, g := range t.order {
+		if g.alive && ((g.parent != nil && g.parent.alive) || (g.successor != nil && g.successor.alive)) {
+			swapping = true
+		}
+	}
+	t.swapping.Store(swapping)
+	t.quietAt.Store(t.quietFrom.UnixNano())
+	t.lastScanAt = now
+	close(t.scanDone)
+	t.scanDone = make(chan struct{})
+}
+
+// NoteSkipped counts a handshake its caller had no time to attribute
+// (pqwatch_attributions_total{method="skipped"}).
+func (t *Tracker) NoteSkipped() { t.skipped.Add(1) }
+
+// QuietSince is when the current quiet period began: the last time a scan
+// found the serving processes changed (zero before the first scan); and
+// whether an nginx swap is in progress (two generations of one lineage
+// alive), when no period is quiet. Lock-free: it is asked per handshake.
+func (t *Tracker) QuietSince() (since time.Time, swapping bool) {
+	q := t.quietAt.Load()
+	if q == 0 {
+		return time.Time{}, t.swapping.Load()
+	}
+	return time.Unix(0, q), t.swapping.Load()
+}
+
+// LastScan is when the last completed scan started (zero before the
+// first), and a channel closed when the next scan completes.
+func (t *Tracker) LastScan() (time.Time, <-chan struct{}) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.lastScanAt, t.scanDone
+}
+
+// AttributeQuiet attributes a connection without looking it up, when the
+// answer cannot be wrong: the serving processes did not change from before
+// from until after to (a scan that started after to saw the same set as
+// every scan since before from), and one generation alone holds every
+// listening socket of server. WorkerPID is set when that generation has
+// a single serving process (one nginx worker, a Caddy or Go server), and
+// left unset otherwise. Outside quiet periods (a swap, a reload, a worker
+// respawned) it answers false and Attribute must look the socket up.
+//
+// from is when the connection may first have been accepted (its first
+// packet, with a margin) and to when it surely was (the handshake record
+// was finished). A process that started and exited between two scans is
+// never seen; what it accepted in that window is attributed to the
+// generation that was serving.
+func (t *Tracker) AttributeQuiet(server netip.AddrPort, from, to time.Time) (*record.Generation, bool) {
+	t.mu.RLock()
+	qf, ls := t.quietFrom, t.lastScanAt
+	t.mu.RUnlock()
+	if qf.IsZero() || !from.After(qf) || !ls.After(to) || t.swapping.Load() {
+		return nil, false
+	}
+	o := t.listenerOwnerCached(server, qf)
+	if o.gen == nil || !o.all {
+		return nil, false
+	}
+	t.attributed.Add(1)
+	t.quiet.Add(1)
+	if o.single != nil {
+		return o.single, true
+	}
+	return o.gen, true
 }
 
 func statKey(fi fs.FileInfo) fileKey {
@@ -1007,13 +1200,28 @@ func (t *Tracker) discoverServers(now time.Time) {
 	}
 }
 
+// readDirNames lists a /proc directory (see readFile for why not os.Open).
 func readDirNames(dir string) ([]string, error) {
-	f, err := os.Open(dir)
+	fd, err := openRead(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	defer syscall.Close(fd)
+	var names []string
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return names, &fs.PathError{Op: "readdirent", Path: dir, Err: err}
+		}
+		if n <= 0 {
+			return names, nil
+		}
+		_, _, names = syscall.ParseDirent(buf[:n], -1, names)
+	}
 }
 
 // Attribute returns the generation whose process owns the server side of the
@@ -1029,6 +1237,7 @@ func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, 
 		// listening socket's owner when that is unambiguous.
 		if g, ok := t.attributeListener(server); ok {
 			t.attributed.Add(1)
+			t.byListener.Add(1)
 			return g, true
 		}
 		t.wantPort(server.Port())
@@ -1037,15 +1246,18 @@ func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, 
 	}
 	if g, ok := t.lookupInode(s.Inode); ok {
 		t.attributed.Add(1)
+		t.bySocket.Add(1)
 		return g, true
 	}
 	if g, ok := t.probeHot(s.Inode); ok {
 		t.attributed.Add(1)
+		t.bySocket.Add(1)
 		return g, true
 	}
 	if t.refreshIndex() {
 		if g, ok := t.lookupInode(s.Inode); ok {
 			t.attributed.Add(1)
+			t.bySocket.Add(1)
 			if at, ok := t.lookupFD(s.Inode); ok {
 				t.hot.note(at.pid, at.fd)
 			}
@@ -1263,6 +1475,11 @@ func (t *Tracker) info(g *generation) GenerationInfo {
 type Stats struct {
 	Scans, ScanErrors        uint64
 	Attributed, Unattributed uint64
+	// Of Attributed: in a quiet period without a lookup, and by the
+	// listening socket's owner when the connection was gone; the rest by
+	// the connection's own socket.
+	Quiet, ByListener uint64
+	Skipped           uint64 // NoteSkipped
 	UnknownHandshakes        uint64
 	EvictedGenerations       uint64
 }
@@ -1274,6 +1491,7 @@ func (t *Tracker) Stats() Stats {
 	return Stats{
 		Scans: t.scans, ScanErrors: t.scanErrors,
 		Attributed: t.attributed.Load(), Unattributed: t.unattributed.Load(),
+		Quiet: t.quiet.Load(), ByListener: t.byListener.Load(), Skipped: t.skipped.Load(),
 		UnknownHandshakes: t.unknownHS.Load(), EvictedGenerations: t.evicted.Load(),
 	}
 }

@@ -112,8 +112,36 @@ func TestOtherServerAttribution(t *testing.T) {
 	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), netip.MustParseAddrPort("127.0.0.1:9")); ok {
 		t.Fatalf("Attribute with no listener = %+v", g)
 	}
+	// Quiet periods: the serving set has not changed since the second
+	// scan. A connection accepted after the period began and finished
+	// before the last scan is attributed without a lookup, to the one
+	// process serving, worker PID included.
+	quiet, _ := tr.QuietSince()
+	if err := tr.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := tr.LastScan()
+	if q, swapping := tr.QuietSince(); !q.Equal(quiet) || swapping || !last.After(quiet) {
+		t.Fatalf("quiet since %v then %v (swapping %v), last scan %v: the serving set should not have changed", quiet, q, swapping, last)
+	}
+	mid := quiet.Add(last.Sub(quiet) / 2)
+	if g, ok := tr.AttributeQuiet(server, mid, mid); !ok || g.ID != me.ID || g.WorkerPID != os.Getpid() {
+		t.Fatalf("AttributeQuiet inside the period = %+v, %v; want %s with worker %d", g, ok, me.ID, os.Getpid())
+	}
+	// Accepted before the period began, or finished after the last scan
+	// (a new process may have started meanwhile): no answer.
+	if g, ok := tr.AttributeQuiet(server, quiet.Add(-time.Millisecond), mid); ok {
+		t.Errorf("AttributeQuiet from before the period = %+v", g)
+	}
+	if g, ok := tr.AttributeQuiet(server, mid, last.Add(time.Millisecond)); ok {
+		t.Errorf("AttributeQuiet finished after the last scan = %+v", g)
+	}
+	// A port this process does not listen on: no owner, no answer.
+	if g, ok := tr.AttributeQuiet(netip.MustParseAddrPort("127.0.0.1:9"), mid, mid); ok {
+		t.Errorf("AttributeQuiet with no listener = %+v", g)
+	}
 	st := tr.Stats()
-	if st.Attributed != 2 || st.Unattributed != 1 {
+	if st.Attributed != 3 || st.Unattributed != 1 || st.Quiet != 1 || st.ByListener != 1 {
 		t.Errorf("stats %+v", st)
 	}
 }

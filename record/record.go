@@ -82,11 +82,15 @@ type Handshake struct {
 
 	// Fields below are internal to pqwatch (not part of the SPEC record) and
 	// never serialised. They let joins and forecasts work without re-parsing.
-	ClientAddr  [16]byte `json:"-"` // IPv4-mapped when IPv4
-	ClientPort  uint16   `json:"-"`
-	ServerPort  uint16   `json:"-"`
-	OfferedIDs  []uint16 `json:"-"` // supported_groups codepoints, GREASE removed
-	KeyShareIDs []uint16 `json:"-"` // key_share codepoints, GREASE removed
+	ClientAddr [16]byte `json:"-"` // IPv4-mapped when IPv4
+	ClientPort uint16   `json:"-"`
+	ServerPort uint16   `json:"-"`
+	// FlowStart is the time of the connection's SYN when the capture saw
+	// the connection begin: it was accepted after that. Zero when unknown
+	// (the capture began mid-connection, QUIC, records read from JSON).
+	FlowStart   time.Time `json:"-"`
+	OfferedIDs  []uint16  `json:"-"` // supported_groups codepoints, GREASE removed
+	KeyShareIDs []uint16  `json:"-"` // key_share codepoints, GREASE removed
 }
 
 // Sink consumes records. Implementations must copy what they keep beyond the call.

@@ -33,6 +33,7 @@ type flow struct {
 	key        flowKey
 	prev, next *flow
 	lastSeen   time.Time
+	synTS      time.Time // the flow's first packet when it was a SYN; zero when the capture began mid-connection
 	state      uint8
 	clientDir  int8 // 0: lo->hi is the client, 1: hi->lo, -1 unknown
 	dir        [2]stream
@@ -60,6 +61,9 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 			return
 		}
 		f = s.newFlow(key)
+		if p.flags&flagSYN != 0 {
+			f.synTS = ts
+		}
 	}
 	f.lastSeen = ts
 	s.touch(f)
@@ -391,6 +395,7 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 	st := &f.dir[c]
 	r := &record.Handshake{
 		TS:               st.tsAt(st.tlsStart).UTC(),
+		FlowStart:        f.synTS,
 		Transport:        record.TransportTCP,
 		Client:           client.String(),
 		Server:           server.String(),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
@@ -32,6 +33,7 @@ type runFlags struct {
 	kafkaComp   string
 	kafkaSpool  string
 	workers     int
+	blockTO     time.Duration
 	stateDir    string
 	procRoot    string
 	noProcs     bool
@@ -52,6 +54,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.kafkaComp, "kafka-compression", "snappy", "Kafka compression: none, gzip, snappy, lz4 or zstd")
 	fs.StringVar(&rf.kafkaSpool, "kafka-spool-dir", "", "`dir` for the Kafka disk spool: what the memory buffer cannot hold during a broker outage (empty: memory only)")
 	fs.IntVar(&rf.workers, "workers", 0, "capture workers (0: one per CPU)")
+	fs.DurationVar(&rf.blockTO, "block-timeout", capture.DefaultBlockTimeout, "longest a captured packet waits in a partly filled ring block before pqwatch reads it (1ms to 1m): shorter shows records sooner, longer wakes pqwatch less often; full blocks are read at once")
 	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
@@ -71,7 +74,7 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 // agentConfig turns run flags into an agent.Config.
 func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Config, func() error, error) {
 	cfg := agent.Config{
-		MetricsAddr: rf.metricsAddr, Workers: rf.workers, StateDir: rf.stateDir,
+		MetricsAddr: rf.metricsAddr, Workers: rf.workers, BlockTimeout: rf.blockTO, StateDir: rf.stateDir,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
 		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, Pprof: rf.pprof, Version: version(), CaptureAll: rf.captureAll,
 	}

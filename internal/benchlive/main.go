@@ -46,6 +46,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/pcapgen"
 	"github.com/vishvananda/netns"
 )
@@ -62,6 +63,7 @@ type options struct {
 	only     string
 	loop     int
 	verbose  bool
+	arms     string
 }
 
 func main() {
@@ -78,6 +80,7 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "run only one part: cpu or replay")
 	flag.IntVar(&o.loop, "loop", 1, "replay the capture this many times per step (the same connections again: pqwatch should count each time)")
 	flag.BoolVar(&o.verbose, "v", false, "show the subprocesses' output")
+	flag.StringVar(&o.arms, "arms", "|-no-process-tracking", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1)")
 	flag.Parse()
 	for _, s := range strings.Split(ladder, ",") {
 		s = strings.TrimSpace(s)
@@ -188,7 +191,8 @@ func run(o options) int {
 		// The default agent, and the same without process tracking (its
 		// /proc scans and socket attribution) to show what that part costs.
 		var rs []*cpuResult
-		for i, extra := range [][]string{nil, {"-no-process-tracking"}} {
+		for i, arm := range strings.Split(o.arms, "|") {
+			extra := strings.Fields(arm)
 			if ctx.Err() != nil {
 				break
 			}
@@ -275,12 +279,15 @@ func (s *syncBuf) tail(n int) string {
 // startProc starts name args in a new process group; ns != "" runs it in
 // that network namespace (ip netns exec keeps the pid: it execs). The
 // process dies with benchlive (Pdeathsig) and is stopped at exit.
-func startProc(o options, ns, name string, args ...string) (*proc, error) {
+func startProc(o options, ns string, env []string, name string, args ...string) (*proc, error) {
 	if ns != "" {
 		args = append([]string{"netns", "exec", ns, name}, args...)
 		name = "ip"
 	}
 	p := &proc{cmd: exec.Command(name, args...), out: &syncBuf{}, done: make(chan struct{})}
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if o.verbose {
 		p.out.w = os.Stderr
 	}
@@ -503,8 +510,16 @@ func (sc *scraper) scrape(ctx context.Context) (sample, error) {
 // startPqwatch runs `pqwatch run` capturing iface (in ns when set) and
 // waits until /metrics answers and shows iface's ring counters.
 func startPqwatch(ctx context.Context, o options, ns, iface, metricsAddr string, extra ...string) (*proc, *scraper, error) {
-	args := append([]string{"run", "-iface", iface, "-metrics-addr", metricsAddr, "-log-level", "warn"}, extra...)
-	p, err := startProc(o, ns, o.bin, args...)
+	args := []string{"run", "-iface", iface, "-metrics-addr", metricsAddr, "-log-level", "warn"}
+	var env []string
+	for _, w := range extra {
+		if k, _, ok := strings.Cut(w, "="); ok && k != "" && !strings.HasPrefix(k, "-") {
+			env = append(env, w)
+			continue
+		}
+		args = append(args, w)
+	}
+	p, err := startProc(o, ns, env, o.bin, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -537,7 +552,7 @@ type cpuResult struct {
 	pqwatchTicks         uint64
 	pqNs, ngxNs          uint64        // schedstat run time over the load window
 	loadFor              time.Duration // wall time over which pqwatchTicks were counted
-	idleTicks            uint64
+	idleNs               uint64 // schedstat run time with no traffic
 	idleFor              time.Duration
 	serverUs             float64 // nginx CPU µs per handshake (loadgen, measured window)
 	groups               map[string]int
@@ -602,7 +617,7 @@ http {
 	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	p, err := startProc(o, "", "nginx", "-p", dir, "-c", confFile, "-e", errLog)
+	p, err := startProc(o, "", nil, "nginx", "-p", dir, "-c", confFile, "-e", errLog)
 	if err != nil {
 		return nil, err
 	}
@@ -673,22 +688,14 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	}
 	time.Sleep(1500 * time.Millisecond) // let the probes' flows end
 
-	// Idle cost: pqwatch with nothing to capture.
-	t0, err := cpuTicks(pq.pid())
-	if err != nil {
-		return nil, err
-	}
-	idleStart := time.Now()
+	// Idle cost: pqwatch with nothing to capture (process scans, timers).
+	idle0, idleStart := schedNs(pq.pid(), false), time.Now()
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
-	case <-time.After(2 * time.Second):
+	case <-time.After(3 * time.Second):
 	}
-	t1, err := cpuTicks(pq.pid())
-	if err != nil {
-		return nil, err
-	}
-	r.idleTicks, r.idleFor = t1-t0, time.Since(idleStart)
+	r.idleNs, r.idleFor = schedNs(pq.pid(), false)-idle0, time.Since(idleStart)
 
 	before, err := sc.scrape(ctx)
 	if err != nil {
@@ -722,9 +729,10 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	if err != nil {
 		return nil, fmt.Errorf("loadgen: %v: %s", err, lout.tail(800))
 	}
-	// Handshakes are counted at ServerHello time; give the last ones a
-	// moment to be read from the ring, then stop the clock.
-	time.Sleep(300 * time.Millisecond)
+	// Handshakes are counted at ServerHello time; give the last ones time
+	// to be handed over from the ring (a partly filled block waits up to
+	// the block timeout), then stop the clock.
+	time.Sleep(blockTimeout(extra) + 500*time.Millisecond)
 	p1, err := cpuTicks(pq.pid())
 	if err != nil {
 		return nil, err
@@ -789,6 +797,24 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	return r, nil
 }
 
+// blockTimeout is the ring block timeout of a pqwatch run with these flags.
+func blockTimeout(flags []string) time.Duration {
+	d := capture.DefaultBlockTimeout
+	for i, f := range flags {
+		v, ok := strings.CutPrefix(strings.TrimLeft(f, "-"), "block-timeout")
+		if !ok {
+			continue
+		}
+		if v == "" && i+1 < len(flags) {
+			v = flags[i+1]
+		}
+		if x, err := time.ParseDuration(strings.TrimPrefix(v, "=")); err == nil {
+			d = x
+		}
+	}
+	return d
+}
+
 func printCPU(o options, rs []*cpuResult) {
 	fmt.Printf("\nlive CPU: nginx %s (1 worker, ECDSA P-256 cert) on a loopback port, pqwatch run -iface lo -ports PORT,\n"+
 		"  loadgen -arm hybrid=X25519MLKEM768,x25519 at %g/s for %s (+%s warm-up; pqwatch's CPU counts it too)\n",
@@ -847,13 +873,14 @@ func printCPU(o options, rs []*cpuResult) {
 func (r *cpuResult) pqUs() float64 { return float64(r.pqwatchTicks*tickUs) / r.observed }
 
 func (r *cpuResult) idleMsPerS() float64 {
-	return float64(r.idleTicks*tickUs) / 1000 / r.idleFor.Seconds()
+	return float64(r.idleNs) / 1e6 / r.idleFor.Seconds()
 }
 
-// pqUsMarginal is the CPU per handshake above the idle rate over the load.
+// pqUsMarginal is pqwatch's CPU per handshake above its idle rate
+// (schedstat), over the load.
 func (r *cpuResult) pqUsMarginal() float64 {
-	idleUs := r.idleMsPerS() * 1000 * r.loadFor.Seconds()
-	return max(float64(r.pqwatchTicks*tickUs)-idleUs, 0) / r.observed
+	idleNs := r.idleMsPerS() * 1e6 * r.loadFor.Seconds()
+	return max(float64(r.pqNs)-idleNs, 0) / 1000 / r.observed
 }
 
 func nginxVersion() string {
