@@ -110,7 +110,7 @@ type Agent struct {
 	attribQ     chan attribItem
 	attribNudge chan struct{} // wakes the attribution goroutine
 	attribDone  chan struct{}
-	attribSkip atomic.Uint64 // queue full: records passed on unattributed
+	attribSkip  atomic.Uint64 // queue full: records passed on unattributed
 
 	lastAmbiguous, lastTooLong uint64 // mirrorJoinCounters' previous readings
 }

@@ -276,8 +276,8 @@ type Tracker struct {
 	lastScanAt time.Time
 	scanDone   chan struct{}
 
-	quietAt    atomic.Int64 // quietFrom in Unix ns, for QuietSince
-	swapping   atomic.Bool  // two generations of one nginx lineage alive
+	quietAt  atomic.Int64 // quietFrom in Unix ns, for QuietSince
+	swapping atomic.Bool  // two generations of one nginx lineage alive
 
 	childrenOK bool      // /proc/PID/task/PID/children exists: light scans possible
 	lastDir    time.Time // last scan that read /proc's directory
@@ -1478,10 +1478,10 @@ type Stats struct {
 	// Of Attributed: in a quiet period without a lookup, and by the
 	// listening socket's owner when the connection was gone; the rest by
 	// the connection's own socket.
-	Quiet, ByListener uint64
-	Skipped           uint64 // NoteSkipped
-	UnknownHandshakes        uint64
-	EvictedGenerations       uint64
+	Quiet, ByListener  uint64
+	Skipped            uint64 // NoteSkipped
+	UnknownHandshakes  uint64
+	EvictedGenerations uint64
 }
 
 // Stats returns the tracker's own counters.

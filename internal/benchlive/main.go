@@ -552,7 +552,7 @@ type cpuResult struct {
 	pqwatchTicks         uint64
 	pqNs, ngxNs          uint64        // schedstat run time over the load window
 	loadFor              time.Duration // wall time over which pqwatchTicks were counted
-	idleNs               uint64 // schedstat run time with no traffic
+	idleNs               uint64        // schedstat run time with no traffic
 	idleFor              time.Duration
 	serverUs             float64 // nginx CPU µs per handshake (loadgen, measured window)
 	groups               map[string]int
