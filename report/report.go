@@ -21,7 +21,19 @@ type GroupStats struct {
 	MedianClientHelloBytes int `json:"median_client_hello_bytes"`
 	MedianServerHelloBytes int `json:"median_server_hello_bytes"`
 	MedianKeyShareBytes    int `json:"median_client_key_share_bytes,omitempty"`
-	chBytes, shBytes       []int
+	// Sizes seen and how often: exact medians in memory bounded by the
+	// distinct sizes, not by the handshakes (run keeps a Summary for days).
+	chBytes, shBytes sizeCounts
+}
+
+// sizeCounts counts occurrences of each size.
+type sizeCounts map[int]int
+
+func (c *sizeCounts) add(v int) {
+	if *c == nil {
+		*c = sizeCounts{}
+	}
+	(*c)[v]++
 }
 
 // ClassicalDespitePQ groups the clients that offered a PQ group but
@@ -164,10 +176,10 @@ func (s *Summary) Add(r *record.Handshake) {
 		gs.HRR++
 	}
 	if r.ClientHelloBytes > 0 {
-		gs.chBytes = append(gs.chBytes, r.ClientHelloBytes)
+		gs.chBytes.add(r.ClientHelloBytes)
 	}
 	if r.ServerHelloBytes > 0 {
-		gs.shBytes = append(gs.shBytes, r.ServerHelloBytes)
+		gs.shBytes.add(r.ServerHelloBytes)
 	}
 	if r.Log != nil {
 		if s.ByHost == nil {
@@ -184,7 +196,11 @@ func (s *Summary) Add(r *record.Handshake) {
 		s.PQ++
 	} else if r.PQOffered {
 		s.PQOfferedClassical++
-		s.classical[[4]string{r.JA4, r.SNI, r.Server, g}]++
+		k := [4]string{r.JA4, r.SNI, r.Server, g}
+		if _, ok := s.classical[k]; !ok && len(s.classical) >= maxClassicalRows {
+			k = [4]string{"(other)", "", "", ""}
+		}
+		s.classical[k]++
 	}
 }
 
@@ -222,6 +238,10 @@ func (s *Summary) Finish() {
 // (report imports nothing of it).
 var UAFamily = func(ua string) string { return "other" }
 
+// maxClassicalRows bounds the distinct clients kept for the "offered PQ but
+// negotiated classical" table; the rest are counted as "(other)".
+const maxClassicalRows = 10000
+
 func addShare(m map[string]*ShareRow, k string, pq bool) {
 	if len(m) >= 1000 {
 		if _, ok := m[k]; !ok {
@@ -239,17 +259,33 @@ func addShare(m map[string]*ShareRow, k string, pq bool) {
 	}
 }
 
-func median(v []int) int {
-	if len(v) == 0 {
+// median is the median of the counted values (the mean of the two middle
+// ones, rounded down, for an even count).
+func median(c sizeCounts) int {
+	n := 0
+	keys := make([]int, 0, len(c))
+	for v, k := range c {
+		keys = append(keys, v)
+		n += k
+	}
+	if n == 0 {
 		return 0
 	}
-	c := slices.Clone(v)
-	slices.Sort(c)
-	n := len(c)
-	if n%2 == 1 {
-		return c[n/2]
+	slices.Sort(keys)
+	// nth returns the i-th value (0-based) in sorted order.
+	nth := func(i int) int {
+		for _, v := range keys {
+			if i < c[v] {
+				return v
+			}
+			i -= c[v]
+		}
+		return keys[len(keys)-1]
 	}
-	return (c[n/2-1] + c[n/2]) / 2
+	if n%2 == 1 {
+		return nth(n / 2)
+	}
+	return (nth(n/2-1) + nth(n/2)) / 2
 }
 
 // WriteJSON writes the summary as one indented JSON object (-format json).
