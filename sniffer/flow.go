@@ -294,7 +294,7 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 		s.errs[errClientHello]++
 		return
 	}
-	fillClientHello(r, &s.ch, 't', s.scratch())
+	s.fillClientHello(r, &s.ch, 't')
 	end := st.streamEndOf(n)
 	if end > 0 {
 		r.ClientHelloSegments = st.segmentsIn(st.tlsStart, end)
@@ -454,20 +454,22 @@ func (s *Sniffer) ignore(f *flow) {
 	f.dir[1].reset()
 }
 
-func (s *Sniffer) scratch() []byte {
-	if s.scratc == nil {
-		s.scratc = make([]byte, 0, 256)
-	}
-	return s.scratc[:0]
-}
-
 // fillClientHello copies what the record needs out of a parsed ClientHello.
-func fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello, transport byte, scratch []byte) {
+// Strings that repeat from client to client (SNI, ALPN, JA4) are shared
+// through the sniffer's interner and JA4 cache; each list is allocated once.
+func (s *Sniffer) fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello, transport byte) {
 	if len(ch.ServerName) > 0 {
-		r.SNI = string(ch.ServerName)
+		r.SNI = s.strs.String(ch.ServerName)
 	}
-	for _, a := range ch.ALPN {
-		r.ALPN = append(r.ALPN, string(a))
+	if len(ch.ALPN) > 0 {
+		r.ALPN = make([]string, 0, len(ch.ALPN))
+		for _, a := range ch.ALPN {
+			r.ALPN = append(r.ALPN, s.strs.String(a))
+		}
+	}
+	if n := len(ch.SupportedGroups); n > 0 {
+		r.OfferedGroups = make([]string, 0, n)
+		r.OfferedIDs = make([]uint16, 0, n)
 	}
 	for _, g := range ch.SupportedGroups {
 		if tlsparse.IsGREASE(uint16(g)) {
@@ -479,6 +481,10 @@ func fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello, transport by
 			r.PQOffered = true
 		}
 	}
+	if n := len(ch.KeyShares); n > 0 {
+		r.KeyShares = make([]record.KeyShare, 0, n)
+		r.KeyShareIDs = make([]uint16, 0, n)
+	}
 	for _, k := range ch.KeyShares {
 		if tlsparse.IsGREASE(uint16(k.Group)) {
 			continue
@@ -486,7 +492,7 @@ func fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello, transport by
 		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: k.Group.String(), Bytes: k.Len})
 		r.KeyShareIDs = append(r.KeyShareIDs, uint16(k.Group))
 	}
-	r.JA4 = string(tlsparse.AppendJA4(scratch, ch, transport))
+	r.JA4 = s.ja4.JA4(ch, transport)
 }
 
 // LRU list and table maintenance.

@@ -26,7 +26,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		if err := s.ch.Parse(c.ClientHello); err != nil {
 			s.errs[errClientHello]++
 		} else {
-			fillClientHello(r, &s.ch, 'q', s.scratch())
+			s.fillClientHello(r, &s.ch, 'q')
 		}
 	}
 	if len(c.HelloRetryRequest) >= 4 {

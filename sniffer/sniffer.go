@@ -93,7 +93,8 @@ type Sniffer struct {
 	errs   [len(errReasons)]uint64
 	ch     tlsparse.ClientHello
 	sh     tlsparse.ServerHello
-	scratc []byte
+	ja4    tlsparse.JA4Cache
+	strs   tlsparse.Interner // SNI and ALPN values
 }
 
 // Error reasons counted per packet or per flow.

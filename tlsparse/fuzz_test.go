@@ -89,6 +89,7 @@ func FuzzJA4(f *testing.F) {
 	seedClientHellos(f)
 	var ch ClientHello
 	var dst []byte
+	cache := &JA4Cache{Max: 8} // small: fills and starts over while fuzzing
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		if ch.Parse(msg) != nil {
 			return
@@ -98,6 +99,11 @@ func FuzzJA4(f *testing.F) {
 			want, wantRaw := refJA4(&ch, tr)
 			if string(dst) != want || len(dst) != JA4Len {
 				t.Fatalf("JA4 %s, reference %s", dst, want)
+			}
+			for range 2 { // a miss, then a hit
+				if got := cache.JA4(&ch, tr); got != want {
+					t.Fatalf("JA4Cache %s, reference %s", got, want)
+				}
 			}
 			if raw := AppendJA4R(nil, &ch, tr); string(raw) != wantRaw {
 				t.Fatalf("JA4_r %s, reference %s", raw, wantRaw)
