@@ -129,10 +129,12 @@ func Filter(linkType int, ports []uint16) ([]bpf.RawInstruction, error) {
 
 // FilterWith is Filter with an option: skipNoise also drops, in the kernel,
 // the TCP segments a handshake tracker never needs: pure ACKs (no payload,
-// no SYN/FIN/RST) and segments whose payload begins with a TLS
-// application-data record header (17 03 03). What remains is every SYN,
-// FIN and RST and every segment that may carry handshake bytes (a
-// continuation segment starts mid-record and is kept).
+// no SYN/FIN/RST), segments whose payload begins with a TLS
+// application-data record header (17 03 03), and those that begin with a
+// lone ChangeCipherSpec record followed by application data (a TLS 1.3
+// client's second flight). What remains is every SYN, FIN and RST and
+// every segment that may carry handshake bytes (a continuation segment
+// starts mid-record and is kept).
 func FilterWith(linkType int, ports []uint16, skipNoise bool) ([]bpf.RawInstruction, error) {
 	ports = slices.Clone(ports)
 	slices.Sort(ports)
@@ -213,10 +215,7 @@ func FilterWith(linkType int, ports []uint16, skipNoise bool) ([]bpf.RawInstruct
 		a.jump(bpf.JumpEqual, 0, "drop4", "")
 		a.jump(bpf.JumpGreaterOrEqual, 0x10000, "accept4", "") // underflow: TSO/zero length
 		a.jump(bpf.JumpGreaterOrEqual, 3, "", "accept4")
-		a.op(bpf.LoadIndirect{Off: l3, Size: 1}) // first payload byte
-		a.jump(bpf.JumpEqual, 0x17, "", "accept4")
-		a.op(bpf.LoadIndirect{Off: l3 + 1, Size: 2})
-		a.jump(bpf.JumpEqual, 0x0303, "drop4", "accept4")
+		a.noiseRecords(l3, "4")
 		a.label("drop4")
 		a.op(bpf.RetConstant{Val: 0})
 	}
@@ -252,16 +251,39 @@ func FilterWith(linkType int, ports []uint16, skipNoise bool) ([]bpf.RawInstruct
 		a.jump(bpf.JumpEqual, 0, "drop6", "")
 		a.jump(bpf.JumpGreaterOrEqual, 0x10000, "accept6", "")
 		a.jump(bpf.JumpGreaterOrEqual, 3, "", "accept6")
-		a.op(bpf.LoadIndirect{Off: t, Size: 1})
-		a.jump(bpf.JumpEqual, 0x17, "", "accept6")
-		a.op(bpf.LoadIndirect{Off: t + 1, Size: 2})
-		a.jump(bpf.JumpEqual, 0x0303, "drop6", "accept6")
+		a.noiseRecords(t, "6")
 		a.label("drop6")
 		a.op(bpf.RetConstant{Val: 0})
 	}
 	a.label("accept6")
 	a.op(bpf.RetConstant{Val: snapAll})
 	return a.assemble()
+}
+
+// noiseRecords jumps to drop<sfx> when the payload (at X+off, A holding its
+// length, at least 3) begins with a TLS application-data record header
+// (17 03 03), or with a lone ChangeCipherSpec record followed by one
+// (14 03 03 00 01 01 17 03 03: a TLS 1.3 client's compatibility CCS and its
+// encrypted Finished); to accept<sfx> otherwise. A CCS followed by a
+// handshake record (the second ClientHello after a HelloRetryRequest, a
+// TLS 1.2 Finished) is kept.
+func (a *asm) noiseRecords(off uint32, sfx string) {
+	drop, accept, ccs := "drop"+sfx, "accept"+sfx, "ccs"+sfx
+	a.op(bpf.StoreScratch{Src: bpf.RegA, N: 1})
+	a.op(bpf.LoadIndirect{Off: off, Size: 1}) // first payload byte
+	a.jump(bpf.JumpEqual, 0x14, ccs, "")
+	a.jump(bpf.JumpEqual, 0x17, "", accept)
+	a.op(bpf.LoadIndirect{Off: off + 1, Size: 2})
+	a.jump(bpf.JumpEqual, 0x0303, drop, accept)
+	a.label(ccs)
+	a.op(bpf.LoadScratch{Dst: bpf.RegA, N: 1})
+	a.jump(bpf.JumpGreaterOrEqual, 9, "", accept)
+	a.op(bpf.LoadIndirect{Off: off + 1, Size: 4}) // 03 03 00 01
+	a.jump(bpf.JumpEqual, 0x03030001, "", accept)
+	a.op(bpf.LoadIndirect{Off: off + 5, Size: 2}) // 01 17
+	a.jump(bpf.JumpEqual, 0x0117, "", accept)
+	a.op(bpf.LoadIndirect{Off: off + 7, Size: 2}) // 03 03
+	a.jump(bpf.JumpEqual, 0x0303, drop, accept)
 }
 
 // rejectAll drops every packet; a socket carries it until its fanout group

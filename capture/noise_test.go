@@ -80,6 +80,12 @@ func TestFilterSkipNoise(t *testing.T) {
 		{"mid-record continuation", tcpSpec{payload: []byte{0x9a, 0x17, 0x03, 0x03}}, true},
 		{"plaintext", tcpSpec{payload: []byte("EHLO x\r\n")}, true},
 		{"udp", tcpSpec{udp: true, payload: appData}, true},
+		{"tls 1.3 client ccs + finished", tcpSpec{payload: []byte{0x14, 3, 3, 0, 1, 1, 0x17, 3, 3, 0, 0x35, 9}}, false},
+		{"ccs + second client hello (hrr)", tcpSpec{payload: []byte{0x14, 3, 3, 0, 1, 1, 0x16, 3, 3, 2, 0, 1}}, true},
+		{"ccs + tls 1.2 finished", tcpSpec{payload: []byte{0x14, 3, 3, 0, 1, 1, 0x16, 3, 3, 0, 0x28}}, true},
+		{"lone ccs", tcpSpec{payload: []byte{0x14, 3, 3, 0, 1, 1}}, true},
+		{"ccs + 2 bytes", tcpSpec{payload: []byte{0x14, 3, 3, 0, 1, 1, 0x17, 3}}, true},
+		{"ccs of another length", tcpSpec{payload: []byte{0x14, 3, 3, 0, 2, 1, 1, 0x17, 3, 3}}, true},
 		{"other port", tcpSpec{dport: 80, syn: true}, false},
 	}
 	for _, link := range []int{LinkEthernet, LinkRaw} {
