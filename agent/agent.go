@@ -224,6 +224,7 @@ func parseReasons() []string {
 // nudged only for records that need a prompt exact lookup (swap windows)
 // and when the queue is half full.
 func (a *Agent) handle(r *record.Handshake) {
+	a.count(r)
 	if a.attribQ == nil {
 		a.process(r)
 		return
@@ -364,11 +365,18 @@ func (a *Agent) attribute(it attribItem, scanned bool) {
 	a.process(r)
 }
 
-// process counts a record in the metrics at once; the record itself may
-// wait for its access-log line before it goes to the record sinks.
-func (a *Agent) process(r *record.Handshake) {
+// count puts a record in the metrics, on the capture worker that finished
+// it, while it is still in that CPU's cache: none of these metrics depends on
+// the generation, which attribution adds later.
+func (a *Agent) count(r *record.Handshake) {
 	_ = a.metrics.Write(r)
 	a.metrics.ObserveForecast(forecast.Predict(a.policy, r).Kind.String())
+}
+
+// process sends a counted (and, with process tracking, attributed) record
+// on: it may wait for its access-log line before it goes to the record
+// sinks.
+func (a *Agent) process(r *record.Handshake) {
 	if a.joiner != nil {
 		a.joiner.AddHandshake(r, time.Now())
 		return

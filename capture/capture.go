@@ -361,8 +361,10 @@ func (c *Capture) Interfaces() []string {
 type Handler func(worker int, ts time.Time, linkType int, data []byte)
 
 // Run reads the rings until ctx is cancelled, calling handle for every
-// packet, and follows link changes (unless capturing "any"). It closes all
-// rings before it returns. Run may be called once.
+// packet, and follows link changes (unless capturing "any"). After ctx ends
+// it reads on for one block timeout (at most 5 s), so that packets captured
+// before the stop are delivered, then closes all rings and returns. Run may
+// be called once.
 func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time, linkType int, data []byte)) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -370,9 +372,12 @@ func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time,
 	defer c.Close()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Workers outlive ctx by a drain period (see below).
+	wctx, wcancel := context.WithCancel(context.Background())
+	defer wcancel()
 	var wg sync.WaitGroup
 	for _, w := range c.workers {
-		wg.Go(func() { w.run(ctx, handle) })
+		wg.Go(func() { w.run(wctx, handle) })
 	}
 	var linkErr error
 	if !c.any {
@@ -384,13 +389,23 @@ func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time,
 		})
 	}
 	<-ctx.Done()
+	// Drain: packets captured before the stop sit in a block the kernel
+	// hands over when it fills or when its timeout expires; read on for one
+	// block timeout (at most maxDrain) so that they are not lost.
+	t := time.NewTimer(min(c.cfg.BlockTimeout, maxDrain) + 100*time.Millisecond)
+	<-t.C
 	c.stopping.Store(true)
+	wcancel()
 	for _, w := range c.workers {
 		w.wake()
 	}
 	wg.Wait()
 	return linkErr
 }
+
+// maxDrain bounds the drain at shutdown; with a longer block timeout the
+// packets of a block not yet handed over are lost.
+const maxDrain = 5 * time.Second
 
 // followLinks applies netlink link updates until ctx is done, resubscribing
 // (and reconciling with a fresh link list) when the subscription breaks.
