@@ -89,12 +89,12 @@ type Sniffer struct {
 	flushing   bool // inside Flush: QUIC connections end as truncated
 	now        time.Time
 
-	stats  Stats
-	errs   [len(errReasons)]uint64
-	ch     tlsparse.ClientHello
-	sh     tlsparse.ServerHello
-	ja4    tlsparse.JA4Cache
-	strs   tlsparse.Interner // SNI and ALPN values
+	stats Stats
+	errs  [len(errReasons)]uint64
+	ch    tlsparse.ClientHello
+	sh    tlsparse.ServerHello
+	ja4   tlsparse.JA4Cache
+	strs  tlsparse.Interner // SNI and ALPN values
 }
 
 // Error reasons counted per packet or per flow.
