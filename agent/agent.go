@@ -450,15 +450,32 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	if a.procs != nil {
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = a.procs.Run(bg) }()
 		go a.attributeLoop()
 	}
 	tailCtx, stopTails := context.WithCancel(context.Background())
 	var tails sync.WaitGroup
 	a.startTails(tailCtx, &tails)
 
-	// Expiry and stats: flows idle in quiet periods still time out.
+	// Housekeeping, once a second on one timer: the process probe or scan,
+	// then
+	// flow expiry (flows idle in quiet periods still time out) and
+	// counters. One wakeup for all: on a small VM waking an idle process
+	// costs more CPU than the work itself.
+	scan := func(first bool) {
+		if a.procs == nil {
+			return
+		}
+		var err error
+		if first {
+			err = a.procs.Scan()
+		} else {
+			err = a.procs.Tick() // a cheap probe, a scan when needed
+		}
+		if err != nil {
+			a.log.Warn("process scan failed", "err", err)
+		}
+	}
+	scan(true)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -469,6 +486,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-bg.Done():
 				return
 			case now := <-t.C:
+				scan(false)
 				for _, w := range a.workers {
 					w.mu.Lock()
 					w.sn.Expire(now)

@@ -29,7 +29,7 @@ const (
 	DefaultFrameSize   = 4096
 	DefaultBlockSize   = 1 << 18         // 256 KiB; also the largest packet kept whole
 	DefaultNumBlocks   = 16              // 4 MiB per ring
-	DefaultPollTimeout = 5 * time.Second // a fallback: ring watchers nudge the workers
+	DefaultPollTimeout = 10 * time.Second // a fallback: ring watchers nudge the workers
 	// DefaultBlockTimeout is how long the kernel keeps a partly filled
 	// block before handing it to the worker. Each hand-over wakes the
 	// process, and on a small VM a wakeup (threads, Go's sysmon) costs as

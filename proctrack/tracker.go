@@ -265,6 +265,7 @@ type Tracker struct {
 	listeners   listenerCache
 	serverPIDs  map[int]uint64 // pid -> start time of non-nginx servers
 	scans       uint64
+	probes      uint64
 	scanErrors  uint64
 	buf         []byte
 
@@ -279,8 +280,11 @@ type Tracker struct {
 	quietAt  atomic.Int64 // quietFrom in Unix ns, for QuietSince
 	swapping atomic.Bool  // two generations of one nginx lineage alive
 
-	childrenOK bool      // /proc/PID/task/PID/children exists: light scans possible
-	lastDir    time.Time // last scan that read /proc's directory
+	childrenOK bool             // /proc/PID/task/PID/children exists: light scans possible
+	open       map[procFile]int // kept-open /proc files of tracked processes
+	kids       map[int][]int    // nginx master -> children at the last scan
+	lastScan   time.Time        // last Scan (not Probe)
+	lastDir    time.Time        // last scan that read /proc's directory
 
 	idxMu       sync.RWMutex
 	idxWhere    map[uint64]fdAt // inode -> where the index found it
@@ -346,9 +350,15 @@ func New(cfg Config) (*Tracker, error) {
 	return t, nil
 }
 
-// Close releases the netlink socket.
+// Close releases the netlink socket and the kept-open /proc files.
 func (t *Tracker) Close() error {
 	t.diag.close()
+	t.mu.Lock()
+	for k, fd := range t.open {
+		syscall.Close(fd)
+		delete(t.open, k)
+	}
+	t.mu.Unlock()
 	return nil
 }
 
@@ -357,8 +367,11 @@ func (t *Tracker) Close() error {
 func (t *Tracker) Run(ctx context.Context) error {
 	tick := time.NewTicker(t.cfg.ScanInterval)
 	defer tick.Stop()
+	if err := t.Scan(); err != nil {
+		t.log.Warn("scan failed", "err", err)
+	}
 	for {
-		if err := t.Scan(); err != nil {
+		if err := t.Tick(); err != nil {
 			t.log.Warn("scan failed", "err", err)
 		}
 		select {
@@ -398,10 +411,103 @@ func (t *Tracker) readFile(path string) ([]byte, error) {
 		if err != nil || n <= 0 {
 			break
 		}
+		short := n < cap(b)-len(b)
 		b = b[:len(b)+n]
+		if short {
+			break // as in pread
+		}
 	}
 	t.buf = b
 	return b, nil
+}
+
+// procFile names a /proc file of one process that the tracker keeps open.
+type procFile struct {
+	pid  int
+	name string // "stat", "statm", "cmdline", "children"
+}
+
+// maxOpenProcFiles bounds the /proc files kept open between scans.
+const maxOpenProcFiles = 1024
+
+// readProc reads /proc/PID/name. The files of tracked processes are kept
+// open and read again with pread at offset 0, which makes the kernel
+// generate them anew: one system call per file per scan instead of three,
+// and no path walk (the dearest part). An open file belongs to the process,
+// not the pid: once the process is gone the read fails, and the file is
+// opened again by path (a reused pid is then read correctly).
+func (t *Tracker) readProc(pid int, name string, keep bool) ([]byte, error) {
+	k := procFile{pid, name}
+	if fd, ok := t.open[k]; ok {
+		b, err := t.pread(fd)
+		if err == nil && (len(b) > 0 || name == "children") {
+			return b, nil
+		}
+		syscall.Close(fd)
+		delete(t.open, k)
+	}
+	path := t.path(pid, name)
+	if name == "children" {
+		path = t.path(pid, "task/"+strconv.Itoa(pid)+"/children")
+	}
+	if !keep || len(t.open) >= maxOpenProcFiles {
+		return t.readFile(path)
+	}
+	fd, err := openRead(path)
+	if err != nil {
+		return nil, err
+	}
+	b, err := t.pread(fd)
+	if err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	if t.open == nil {
+		t.open = make(map[procFile]int)
+	}
+	t.open[k] = fd
+	return b, nil
+}
+
+// pread reads a whole /proc file from offset 0 into the reusable buffer.
+func (t *Tracker) pread(fd int) ([]byte, error) {
+	b := t.buf[:0]
+	for {
+		if len(b) == cap(b) {
+			if cap(b) >= 1<<20 {
+				break
+			}
+			b = slices.Grow(b, cap(b))
+		}
+		n, err := syscall.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			t.buf = b
+			return nil, err
+		}
+		if n <= 0 {
+			break
+		}
+		short := n < cap(b)-len(b)
+		b = b[:len(b)+n]
+		if short {
+			break // these files are generated whole: a short read is the end
+		}
+	}
+	t.buf = b
+	return b, nil
+}
+
+// closeGone closes the kept files of processes no longer tracked.
+func (t *Tracker) closeGone() {
+	for k, fd := range t.open {
+		if t.procs[k.pid] == nil {
+			syscall.Close(fd)
+			delete(t.open, k)
+		}
+	}
 }
 
 func openRead(path string) (int, error) {
@@ -425,19 +531,20 @@ func (t *Tracker) isNginxComm(comm string) bool {
 	return false
 }
 
-// fullScanEvery: one scan in this many reads every process's stat, to find
-// a process that became nginx by exec under a pid already seen.
-// dirScanEvery: one in this many reads /proc's directory, to find servers
-// that are not children of a tracked nginx master.
+// fullScanEvery: a scan reads every process's stat at least this many
+// ScanIntervals apart, to find a process that became nginx by exec under a
+// pid already seen. dirScanEvery: a scan reads /proc's directory at least
+// this many ScanIntervals apart, to find servers that are not children of a
+// tracked nginx master.
 const (
-	fullScanEvery = 30
-	dirScanEvery  = 5
+	fullScanEvery = 60
+	dirScanEvery  = 15
 )
 
 // appendChildren appends the children of a single-threaded process (an
 // nginx master) to pids.
 func (t *Tracker) appendChildren(pids []int, pid int) []int {
-	b, err := t.readFile(t.path(pid, "task/"+strconv.Itoa(pid)+"/children"))
+	b, err := t.readProc(pid, "children", true)
 	if err != nil {
 		return pids
 	}
@@ -456,11 +563,14 @@ func (t *Tracker) Scan() error {
 	now := t.cfg.Now()
 	t.scans++
 
-	// Three depths of scan. Most processes are of no interest:
-	//   - full (one in fullScanEvery): /proc's directory, every process's
-	//     stat, to find a process that exec'd nginx under a pid seen before;
-	//   - directory (every dirScanEvery): /proc's directory, skipping the
-	//     pids already found uninteresting; new processes are read;
+	// Three depths of scan (and Probe between scans). Most processes are
+	// of no interest:
+	//   - full (every fullScanEvery intervals): /proc's directory, every
+	//     process's stat, to find a process that exec'd nginx under a pid
+	//     seen before;
+	//   - directory (every dirScanEvery intervals): /proc's directory,
+	//     skipping the pids already found uninteresting; new processes are
+	//     read;
 	//   - light (the rest): no directory at all: the processes already
 	//     tracked, and the children of nginx masters (new workers, a USR2
 	//     master and its workers), from /proc/PID/task/PID/children.
@@ -497,6 +607,7 @@ func (t *Tracker) Scan() error {
 	}
 
 	seen := make(map[int]*proc, 64)
+	kids := make(map[int][]int) // nginx master -> its children, for Probe
 	if full {
 		t.boring = make(map[int]bool, len(pids))
 		t.lastFull = now
@@ -513,7 +624,8 @@ func (t *Tracker) Scan() error {
 				continue
 			}
 		}
-		b, err := t.readFile(t.path(pid, "stat"))
+		tracked := t.procs[pid] != nil
+		b, err := t.readProc(pid, "stat", tracked)
 		if err != nil {
 			continue // exited between readdir and read
 		}
@@ -549,22 +661,27 @@ func (t *Tracker) Scan() error {
 			// fork and exec of nginx (a master run in the foreground):
 			// read it again next scan rather than at the next full one.
 			delete(t.boring, st.PPID)
-			if cb, err := t.readFile(t.path(pid, "cmdline")); err == nil {
+			if cb, err := t.readProc(pid, "cmdline", tracked); err == nil {
 				role, args := nginxTitle(cb)
 				p.role = role
 				if role == roleMaster {
 					p.masterArgs = args
 				}
 			}
-			if light && p.role == roleMaster {
+			if p.role == roleMaster && t.childrenOK {
+				n := len(pids)
 				pids = t.appendChildren(pids, pid)
+				kids[pid] = slices.Sorted(slices.Values(pids[n:]))
+				if !light {
+					pids = pids[:n] // the directory lists them already
+				}
 			}
 		}
 		p.server = isServer && p.role == roleNone
 		if p.role == roleNone && !p.server {
 			continue
 		}
-		if sb, err := t.readFile(t.path(pid, "statm")); err == nil {
+		if sb, err := t.readProc(pid, "statm", tracked); err == nil {
 			if rss, err := parseStatm(sb); err == nil {
 				p.rssPages = rss
 			}
@@ -763,6 +880,9 @@ func (t *Tracker) Scan() error {
 		}
 	}
 	t.procs = seen
+	t.kids = kids
+	t.lastScan = now
+	t.closeGone()
 	for _, e := range evs {
 		t.record(e)
 	}
@@ -808,6 +928,77 @@ func (t *Tracker) noteServing(now time.Time) {
 // NoteSkipped counts a handshake its caller had no time to attribute
 // (pqwatch_attributions_total{method="skipped"}).
 func (t *Tracker) NoteSkipped() { t.skipped.Add(1) }
+
+// scanEvery: between probes, a scan (stat, cmdline and statm of every
+// server process: CPU, memory, roles) runs at least once in this many
+// ScanIntervals.
+const scanEvery = 5
+
+// Tick is one ScanInterval's work: a Probe, and a Scan when the probe saw a
+// change or the last scan is scanEvery intervals old. Run calls it; so does
+// the agent, from the timer it already has.
+func (t *Tracker) Tick() error {
+	t.mu.RLock()
+	// A swap in flux (two generations alive, a failure pending) is
+	// scanned every interval.
+	due := t.lastScan.IsZero() || t.cfg.Now().Sub(t.lastScan) >= scanEvery*t.cfg.ScanInterval-t.cfg.ScanInterval/2 ||
+		len(t.pendings) > 0 || t.swapping.Load()
+	t.mu.RUnlock()
+	if !due && t.Probe() {
+		return nil
+	}
+	return t.Scan()
+}
+
+// Probe checks, cheaply, that the serving processes are those of the last
+// scan: each nginx master's children (one read of
+// /proc/PID/task/PID/children, kept open) and each other server's stat. It
+// returns true when nothing changed, and then counts as a scan for quiet
+// periods (LastScan, AttributeQuiet). Every nginx swap, reload, worker
+// respawn or server restart changes a master's children or ends a
+// process, so a probe that returns false calls for a Scan. Without the
+// children files it always returns false.
+func (t *Tracker) Probe() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.childrenOK || t.kids == nil {
+		return false
+	}
+	now := t.cfg.Now()
+	var buf []int
+	for pid, p := range t.procs {
+		switch {
+		case p.role == roleMaster:
+			b, err := t.readProc(pid, "children", true)
+			if err != nil {
+				return false
+			}
+			buf = buf[:0]
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					buf = append(buf, c)
+				}
+			}
+			slices.Sort(buf)
+			if !slices.Equal(buf, t.kids[pid]) {
+				return false
+			}
+			// The master itself: its stat fails once it has exited.
+			if _, err := t.readProc(pid, "stat", true); err != nil {
+				return false
+			}
+		case p.server:
+			if _, err := t.readProc(pid, "stat", true); err != nil {
+				return false
+			}
+		}
+	}
+	t.probes++
+	t.lastScanAt = now
+	close(t.scanDone)
+	t.scanDone = make(chan struct{})
+	return true
+}
 
 // QuietSince is when the current quiet period began: the last time a scan
 // found the serving processes changed (zero before the first scan); and
