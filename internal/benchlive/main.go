@@ -22,6 +22,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -40,6 +41,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,6 +66,7 @@ type options struct {
 	loop     int
 	verbose  bool
 	arms     string
+	trials   int
 }
 
 func main() {
@@ -76,10 +79,11 @@ func main() {
 	flag.IntVar(&o.conns, "conns", 2000, "connections in the replayed capture")
 	flag.IntVar(&o.bulk, "bulk", 32<<10, "bytes of application data per replayed connection")
 	flag.StringVar(&ladder, "pps", "50000,100000,200000,400000,top", "replay packet-rate ladder (top = --topspeed); stops at the first step that loses packets")
-	flag.DurationVar(&o.timeout, "timeout", 110*time.Second, "bound on the whole run")
+	flag.DurationVar(&o.timeout, "timeout", 240*time.Second, "bound on the whole run")
 	flag.StringVar(&o.only, "only", "", "run only one part: cpu or replay")
 	flag.IntVar(&o.loop, "loop", 1, "replay the capture this many times per step (the same connections again: pqwatch should count each time)")
 	flag.BoolVar(&o.verbose, "v", false, "show the subprocesses' output")
+	flag.IntVar(&o.trials, "trials", 3, "runs of each CPU arm, interleaved; the median is shown")
 	flag.StringVar(&o.arms, "arms", "|-no-process-tracking", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1)")
 	flag.Parse()
 	for _, s := range strings.Split(ladder, ",") {
@@ -190,22 +194,38 @@ func run(o options) int {
 	if doCPU {
 		// The default agent, and the same without process tracking (its
 		// /proc scans and socket attribution) to show what that part costs.
+		// Each arm runs o.trials times, interleaved (a machine that gets
+		// busier affects every arm alike); the trial with the median
+		// ratio is printed, with the range of all.
+		arms := strings.Split(o.arms, "|")
+		all := make([][]*cpuResult, len(arms))
+	trials:
+		for t := range max(o.trials, 1) {
+			for i, arm := range arms {
+				if ctx.Err() != nil {
+					break trials
+				}
+				r, err := cpuFigure(ctx, o, filepath.Join(tmp, fmt.Sprintf("cpu%d-%d", i, t)), strings.Fields(arm)...)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "benchlive: CPU figure:", err)
+					status = 1
+					break trials
+				}
+				all[i] = append(all[i], r)
+			}
+		}
 		var rs []*cpuResult
-		for i, arm := range strings.Split(o.arms, "|") {
-			extra := strings.Fields(arm)
-			if ctx.Err() != nil {
-				break
+		var spread []string
+		for _, runs := range all {
+			if len(runs) == 0 {
+				continue
 			}
-			r, err := cpuFigure(ctx, o, filepath.Join(tmp, fmt.Sprintf("cpu%d", i)), extra...)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "benchlive: CPU figure:", err)
-				status = 1
-				break
-			}
-			rs = append(rs, r)
+			slices.SortFunc(runs, func(a, b *cpuResult) int { return cmp.Compare(a.preciseRatio(), b.preciseRatio()) })
+			rs = append(rs, runs[len(runs)/2])
+			spread = append(spread, fmt.Sprintf("%.2f%%–%.2f%%", runs[0].preciseRatio(), runs[len(runs)-1].preciseRatio()))
 		}
 		if len(rs) > 0 {
-			printCPU(o, rs)
+			printCPU(o, rs, spread)
 		}
 	}
 	if doReplay && ctx.Err() == nil {
@@ -815,7 +835,15 @@ func blockTimeout(flags []string) time.Duration {
 	return d
 }
 
-func printCPU(o options, rs []*cpuResult) {
+// preciseRatio is pqwatch's run time over nginx's, in percent (schedstat).
+func (r *cpuResult) preciseRatio() float64 {
+	if r.ngxNs == 0 {
+		return 0
+	}
+	return 100 * float64(r.pqNs) / float64(r.ngxNs)
+}
+
+func printCPU(o options, rs []*cpuResult, spread []string) {
 	fmt.Printf("\nlive CPU: nginx %s (1 worker, ECDSA P-256 cert) on a loopback port, pqwatch run -iface lo -ports PORT,\n"+
 		"  loadgen -arm hybrid=X25519MLKEM768,x25519 at %g/s for %s (+%s warm-up; pqwatch's CPU counts it too)\n",
 		nginxVersion(), o.rate, o.duration, o.warmup)
@@ -860,8 +888,15 @@ func printCPU(o options, rs []*cpuResult) {
 	row("precise (schedstat): pqwatch µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.pqNs)/1000/r.observed) })
 	row("precise (schedstat): nginx µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.ngxNs)/1000/r.observed) })
 	row("precise (schedstat): pqwatch / nginx", func(r *cpuResult) string {
-		return fmt.Sprintf("%.2f%%", 100*float64(r.pqNs)/float64(r.ngxNs))
+		return fmt.Sprintf("%.2f%%", r.preciseRatio())
 	})
+	if o.trials > 1 {
+		i := 0
+		row(fmt.Sprintf("  range over %d trials (median shown)", o.trials), func(r *cpuResult) string {
+			i++
+			return spread[i-1]
+		})
+	}
 	for _, r := range rs {
 		if int(r.observed) != r.clientOK {
 			fmt.Printf("  note (%s): pqwatch observed %.0f handshakes, the client completed %d\n",
