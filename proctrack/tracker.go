@@ -941,8 +941,9 @@ func (t *Tracker) Tick() error {
 	t.mu.RLock()
 	// A swap in flux (two generations alive, a failure pending) is
 	// scanned every interval.
+	// So is a search for the owner of a port an attribution missed.
 	due := t.lastScan.IsZero() || t.cfg.Now().Sub(t.lastScan) >= scanEvery*t.cfg.ScanInterval-t.cfg.ScanInterval/2 ||
-		len(t.pendings) > 0 || t.swapping.Load()
+		len(t.pendings) > 0 || t.swapping.Load() || (t.lastListen.IsZero() && len(t.wantPorts) > 0)
 	t.mu.RUnlock()
 	if !due && t.Probe() {
 		return nil
@@ -1467,6 +1468,7 @@ func (t *Tracker) wantPort(p uint16) {
 	if !t.wantPorts[p] && len(t.wantPorts) < 64 {
 		t.wantPorts[p] = true
 		t.lastListen = time.Time{}
+		t.lastDir = time.Time{} // the next scan reads /proc's directory
 	}
 	t.mu.Unlock()
 }
