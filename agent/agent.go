@@ -336,7 +336,7 @@ func (a *Agent) attributeLoop() {
 // may still exist.
 func (a *Agent) mayBeQuiet(it attribItem) bool {
 	r := it.r
-	if r.Transport != record.TransportTCP || r.FlowStart.IsZero() {
+	if r.FlowStart.IsZero() {
 		return false
 	}
 	since, swapping := a.procs.QuietSince()
@@ -347,20 +347,26 @@ func (a *Agent) mayBeQuiet(it attribItem) bool {
 // says a process scan has completed since the record was finished.
 func (a *Agent) attribute(it attribItem, scanned bool) {
 	r := it.r
-	if r.Transport == record.TransportTCP {
-		server, client := addrPort(r.Server), addrPort(r.Client)
-		g, ok := (*record.Generation)(nil), false
+	server, client := addrPort(r.Server), addrPort(r.Client)
+	g, ok := (*record.Generation)(nil), false
+	switch r.Transport {
+	case record.TransportTCP:
 		if scanned && !r.FlowStart.IsZero() {
 			g, ok = a.procs.AttributeQuiet(server, r.FlowStart.Add(-acceptMargin), it.done)
 		}
 		if !ok {
 			g, ok = a.procs.Attribute(client, server)
 		}
-		if ok {
-			gc := *g
-			r.Generation = &gc
-			a.procs.ObserveHandshake(g, r.Group)
+	case record.TransportQUIC:
+		// Quiet periods only: there is no per-connection lookup for QUIC.
+		if !r.FlowStart.IsZero() {
+			g, ok = a.procs.AttributeQuietQUIC(server, r.FlowStart.Add(-acceptMargin), it.done)
 		}
+	}
+	if ok {
+		gc := *g
+		r.Generation = &gc
+		a.procs.ObserveHandshake(g, r.Group)
 	}
 	a.process(r)
 }

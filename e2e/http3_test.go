@@ -16,10 +16,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -59,6 +61,7 @@ func TestHTTP3ChromiumCaddy(t *testing.T) {
 
 	port := freePort(t)
 	srv := startCaddy(t, caddy, dir, port, certFile, keyFile)
+	live := startLiveAgent(t, port)
 
 	capture := testenv.StartCapture(t, "", "lo", fmt.Sprintf("udp port %d or tcp port %d", port, port))
 	url := fmt.Sprintf("https://localhost:%d/", port)
@@ -125,6 +128,21 @@ func TestHTTP3ChromiumCaddy(t *testing.T) {
 		t.Errorf("no QUIC record from a client port Caddy logged an HTTP/3 request from (%v)", h3Ports)
 	}
 
+	// The live agent saw the same handshake and attributed it to Caddy:
+	// one process holds the UDP socket, nothing changed meanwhile.
+	lr := live.waitQUIC(t, quicRecs[0].Client)
+	g := lr.Generation
+	if g == nil {
+		t.Fatalf("live agent: QUIC record %s not attributed to a server generation", lr.Client)
+	}
+	if filepath.Base(g.Exe) != "caddy" || g.WorkerPID != g.MasterPID || !strings.HasPrefix(g.OpenSSL, "Go crypto/tls") {
+		t.Errorf("live agent: QUIC record attributed to %+v, want the caddy process", *g)
+	}
+	if lr.Group != quicRecs[0].Group || lr.ClientHelloBytes != quicRecs[0].ClientHelloBytes {
+		t.Errorf("live agent: group %s ch %d, from the capture file %s %d", lr.Group, lr.ClientHelloBytes, quicRecs[0].Group, quicRecs[0].ClientHelloBytes)
+	}
+	t.Logf("live agent: QUIC %s attributed to %s (pid %d, %s, %s)", lr.Client, g.ID, g.WorkerPID, g.Exe, g.OpenSSL)
+
 	// tshark's dissection of the same capture.
 	compareTshark(t, capture.File, quicRecs)
 }
@@ -169,6 +187,72 @@ func checkChromiumQUIC(t *testing.T, r *record.Handshake, port int) {
 	if r.HandshakeRTTMicros <= 0 {
 		t.Errorf("handshake_rtt_us %d", r.HandshakeRTTMicros)
 	}
+
+}
+
+// liveAgent is pqwatch's agent capturing one loopback port with process
+// tracking, as `pqwatch run` does.
+type liveAgent struct {
+	mu   sync.Mutex
+	recs []*record.Handshake
+}
+
+// startLiveAgent runs the agent on lo for port until the test ends, and
+// waits until it has found the server listening there.
+func startLiveAgent(t *testing.T, port int) *liveAgent {
+	t.Helper()
+	la := &liveAgent{}
+	a, err := agent.New(agent.Config{
+		Ifaces: []string{"lo"}, Ports: []uint16{uint16(port)}, Workers: 1, TrackProcesses: true,
+		OnRecord: func(r *record.Handshake) {
+			la.mu.Lock()
+			la.recs = append(la.recs, r)
+			la.mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for _, g := range a.Processes().Generations() {
+			if g.Alive && filepath.Base(g.Exe) == "caddy" {
+				return la
+			}
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the agent did not find caddy on port %d: %+v", port, a.Processes().Generations())
+		}
+	}
+}
+
+// waitQUIC waits (bounded) for the agent's attributed record of a QUIC
+// connection from client, or its unattributed one at the end.
+func (la *liveAgent) waitQUIC(t *testing.T, client string) *record.Handshake {
+	t.Helper()
+	var last *record.Handshake
+	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		la.mu.Lock()
+		for _, r := range la.recs {
+			if r.Transport == record.TransportQUIC && r.Client == client {
+				last = r
+			}
+		}
+		la.mu.Unlock()
+		if last != nil {
+			return last
+		}
+	}
+	t.Fatalf("live agent: no QUIC record from %s", client)
+	return nil
 }
 
 // cryptoInitials are the frame times of a QUIC connection's first client

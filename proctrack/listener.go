@@ -15,7 +15,13 @@ import (
 // need no per-connection lookup at all (AttributeQuiet).
 type listenerCache struct {
 	mu      sync.Mutex
-	entries map[netip.AddrPort]listenerEntry
+	entries map[listenerKey]listenerEntry
+}
+
+// listenerKey is a server address and whether its sockets are UDP (QUIC).
+type listenerKey struct {
+	addr netip.AddrPort
+	udp  bool
 }
 
 type listenerEntry struct {
@@ -44,30 +50,37 @@ const listenerTTL = time.Second
 // is "unknown" then, never a guess. WorkerPID is left unset: any worker of
 // the generation may have accepted the connection.
 func (t *Tracker) attributeListener(server netip.AddrPort) (*record.Generation, bool) {
-	o := t.listenerOwnerCached(server, time.Time{})
+	o := t.listenerOwnerCached(server, false, time.Time{})
 	return o.gen, o.gen != nil
 }
 
 // listenerOwnerCached is listenerOwner, cached for listenerTTL, and never
 // older than notBefore.
-func (t *Tracker) listenerOwnerCached(server netip.AddrPort, notBefore time.Time) owner {
+func (t *Tracker) listenerOwnerCached(server netip.AddrPort, udp bool, notBefore time.Time) owner {
 	c := &t.listeners
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := t.cfg.Now()
-	if e, ok := c.entries[server]; ok && now.Sub(e.at) < listenerTTL && !e.at.Before(notBefore) {
+	k := listenerKey{server, udp}
+	if e, ok := c.entries[k]; ok && now.Sub(e.at) < listenerTTL && !e.at.Before(notBefore) {
 		return e.owner
 	}
 	if c.entries == nil || len(c.entries) > 256 {
-		c.entries = make(map[netip.AddrPort]listenerEntry)
+		c.entries = make(map[listenerKey]listenerEntry)
 	}
-	o := t.listenerOwner(server)
-	c.entries[server] = listenerEntry{at: now, owner: o}
+	o := t.listenerOwner(server, udp)
+	c.entries[k] = listenerEntry{at: now, owner: o}
 	return o
 }
 
-func (t *Tracker) listenerOwner(server netip.AddrPort) owner {
-	ls, err := t.diag.listeners()
+// listenerOwner finds who holds the listening TCP sockets (udp: the
+// unconnected UDP sockets) of server.
+func (t *Tracker) listenerOwner(server netip.AddrPort, udp bool) owner {
+	dump := t.diag.listeners
+	if udp {
+		dump = t.diag.udpBound
+	}
+	ls, err := dump()
 	if err != nil {
 		return owner{}
 	}

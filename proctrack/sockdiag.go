@@ -187,6 +187,27 @@ func (d *sockDiag) lookupTCP(server, client netip.AddrPort) (diagSocket, error) 
 
 // listeners dumps the listening TCP sockets of both families.
 func (d *sockDiag) listeners() ([]diagSocket, error) {
+	return d.dump(unix.IPPROTO_TCP, 1<<tcpListen)
+}
+
+// udpBound dumps the unconnected UDP sockets of both families: the sockets
+// a QUIC server receives new connections on.
+func (d *sockDiag) udpBound() ([]diagSocket, error) {
+	socks, err := d.dump(unix.IPPROTO_UDP, 1<<tcpClose)
+	out := socks[:0]
+	for _, s := range socks {
+		if s.Local.Port() != 0 && s.Remote.Port() == 0 {
+			out = append(out, s)
+		}
+	}
+	return out, err
+}
+
+// tcpClose is TCP_CLOSE, the state of an unconnected UDP socket.
+const tcpClose = 7
+
+// dump lists the sockets of one protocol in the given states.
+func (d *sockDiag) dump(proto uint8, states uint32) ([]diagSocket, error) {
 	var out []diagSocket
 	for _, fam := range [...]uint8{unix.AF_INET, unix.AF_INET6} {
 		socks, err := d.handle()
@@ -203,8 +224,8 @@ func (d *sockDiag) listeners() ([]diagSocket, error) {
 		}
 		req.AddData(&inetDiagReq{
 			Family:   fam,
-			Protocol: unix.IPPROTO_TCP,
-			States:   1 << tcpListen,
+			Protocol: proto,
+			States:   states,
 			Cookie:   [2]uint32{nl.TCPDIAG_NOCOOKIE, nl.TCPDIAG_NOCOOKIE},
 		})
 		err = req.ExecuteIter(unix.NETLINK_INET_DIAG, nl.SOCK_DIAG_BY_FAMILY, func(msg []byte) bool {
@@ -215,7 +236,7 @@ func (d *sockDiag) listeners() ([]diagSocket, error) {
 		})
 		if err != nil && !errors.Is(err, nl.ErrDumpInterrupted) {
 			d.reset()
-			return out, fmt.Errorf("%w: listeners: %w", ErrNetlink, err)
+			return out, fmt.Errorf("%w: socket dump: %w", ErrNetlink, err)
 		}
 	}
 	return out, nil

@@ -1036,13 +1036,31 @@ func (t *Tracker) LastScan() (time.Time, <-chan struct{}) {
 // never seen; what it accepted in that window is attributed to the
 // generation that was serving.
 func (t *Tracker) AttributeQuiet(server netip.AddrPort, from, to time.Time) (*record.Generation, bool) {
+	return t.attributeQuiet(server, false, from, to)
+}
+
+// AttributeQuietQUIC is AttributeQuiet for a QUIC connection: the server's
+// unconnected UDP sockets on the address play the listener's part. There is
+// no exact lookup for QUIC (a server receives every connection on shared
+// UDP sockets), so outside quiet periods QUIC stays unattributed; a miss is
+// counted and the port's owner is searched for, as for TCP.
+func (t *Tracker) AttributeQuietQUIC(server netip.AddrPort, from, to time.Time) (*record.Generation, bool) {
+	g, ok := t.attributeQuiet(server, true, from, to)
+	if !ok {
+		t.unattributed.Add(1)
+		t.wantPort(server.Port())
+	}
+	return g, ok
+}
+
+func (t *Tracker) attributeQuiet(server netip.AddrPort, udp bool, from, to time.Time) (*record.Generation, bool) {
 	t.mu.RLock()
 	qf, ls := t.quietFrom, t.lastScanAt
 	t.mu.RUnlock()
 	if qf.IsZero() || !from.After(qf) || !ls.After(to) || t.swapping.Load() {
 		return nil, false
 	}
-	o := t.listenerOwnerCached(server, qf)
+	o := t.listenerOwnerCached(server, udp, qf)
 	if o.gen == nil || !o.all {
 		return nil, false
 	}
@@ -1334,6 +1352,10 @@ func (t *Tracker) discoverServers(now time.Time) {
 		t.log.Debug("listener dump failed", "err", err)
 		return
 	}
+	// QUIC servers: their unconnected UDP sockets on the ports.
+	if us, err := t.diag.udpBound(); err == nil {
+		ls = append(ls, us...)
+	}
 	unknown := make(map[uint64]bool)
 	for _, l := range ls {
 		if !t.wantPorts[l.Local.Port()] || l.Inode == 0 {
@@ -1381,6 +1403,9 @@ func (t *Tracker) discoverServers(now time.Time) {
 				continue
 			}
 			if st, err := parseStat(b); err == nil && !t.isNginxComm(st.Comm) {
+				if _, known := t.serverPIDs[pid]; !known {
+					t.lastScan = time.Time{} // the next Tick scans: the server's generation
+				}
 				t.serverPIDs[pid] = st.StartTime
 			}
 		}

@@ -296,3 +296,47 @@ func BenchmarkParseStat(b *testing.B) {
 		}
 	}
 }
+
+// TestQUICServerQuietAttribution: a QUIC server is found through the
+// unconnected UDP socket it receives on, and a QUIC connection in a quiet
+// period is attributed to it; a port no UDP socket is bound to is not, and
+// that is counted.
+func TestQUICServerQuietAttribution(t *testing.T) {
+	requireRoot(t)
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	server := pc.LocalAddr().(*net.UDPAddr).AddrPort()
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}})
+	for range 3 { // discover, build the generation, confirm the period
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	quiet, _ := tr.QuietSince()
+	if !tr.Probe() {
+		t.Fatal("probe saw a change with nothing changing")
+	}
+	last, _ := tr.LastScan()
+	if !last.After(quiet) {
+		t.Fatalf("last scan %v not after the quiet period's start %v", last, quiet)
+	}
+	mid := quiet.Add(last.Sub(quiet) / 2)
+	g, ok := tr.AttributeQuietQUIC(server, mid, mid)
+	if !ok || g.MasterPID != os.Getpid() || g.WorkerPID != os.Getpid() {
+		t.Fatalf("AttributeQuietQUIC = %+v, %v; want this process (%d)", g, ok, os.Getpid())
+	}
+	// TCP on the same port: nobody listens.
+	if g, ok := tr.AttributeQuiet(server, mid, mid); ok {
+		t.Errorf("AttributeQuiet (TCP) on a UDP-only port = %+v", g)
+	}
+	before := tr.Stats().Unattributed
+	if g, ok := tr.AttributeQuietQUIC(netip.MustParseAddrPort("127.0.0.1:9"), mid, mid); ok {
+		t.Errorf("AttributeQuietQUIC with no UDP socket = %+v", g)
+	}
+	if st := tr.Stats(); st.Unattributed != before+1 || st.Quiet != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}

@@ -85,9 +85,10 @@ type Handshake struct {
 	ClientAddr [16]byte `json:"-"` // IPv4-mapped when IPv4
 	ClientPort uint16   `json:"-"`
 	ServerPort uint16   `json:"-"`
-	// FlowStart is the time of the connection's SYN when the capture saw
-	// the connection begin: it was accepted after that. Zero when unknown
-	// (the capture began mid-connection, QUIC, records read from JSON).
+	// FlowStart is the time of the connection's SYN (QUIC: its first
+	// Initial) when the capture saw the connection begin: the server took
+	// it after that. Zero when unknown (the capture began mid-connection,
+	// records read from JSON).
 	FlowStart   time.Time `json:"-"`
 	OfferedIDs  []uint16  `json:"-"` // supported_groups codepoints, GREASE removed
 	KeyShareIDs []uint16  `json:"-"` // key_share codepoints, GREASE removed

@@ -13,6 +13,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 	}
 	r := &record.Handshake{
 		TS:                  c.FirstTS.UTC(),
+		FlowStart:           c.FirstTS,
 		Transport:           record.TransportQUIC,
 		Client:              c.Client.String(),
 		Server:              c.Server.String(),
