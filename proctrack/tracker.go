@@ -396,28 +396,10 @@ func (t *Tracker) readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer syscall.Close(fd)
-	b := t.buf[:0]
-	for {
-		if len(b) == cap(b) {
-			if cap(b) >= 1<<20 {
-				break
-			}
-			b = slices.Grow(b, cap(b))
-		}
-		n, err := syscall.Read(fd, b[len(b):cap(b)])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || n <= 0 {
-			break
-		}
-		short := n < cap(b)-len(b)
-		b = b[:len(b)+n]
-		if short {
-			break // as in pread
-		}
+	b, err := t.pread(fd)
+	if err != nil {
+		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 	}
-	t.buf = b
 	return b, nil
 }
 
