@@ -67,6 +67,9 @@ type Config struct {
 
 	TrackProcesses bool   // attribute handshakes to server generations
 	ProcRoot       string // /proc, or /host/proc in Kubernetes
+	// NginxComms are the process names tracked as nginx masters and
+	// workers (default {"nginx"}; an nginx fork may go by another name).
+	NginxComms []string
 
 	Forecast *forecast.Policy // nil = forecast.DefaultPolicy
 
@@ -156,7 +159,7 @@ func New(cfg Config) (*Agent, error) {
 		a.workers = append(a.workers, w)
 	}
 	if cfg.TrackProcesses {
-		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports})
+		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms})
 		if err != nil {
 			a.log.Warn("process tracking disabled", "err", err)
 		} else {

@@ -61,6 +61,10 @@ func goServer(t testing.TB) (netip.AddrPort, func() net.Conn) {
 	return server, dial
 }
 
+// noNginx is a process name nothing has: trackers in the quiet-period tests
+// ignore the nginx processes of tests running in parallel.
+const noNginx = "pqwatch-test-none"
+
 func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -74,7 +78,9 @@ func requireRoot(t testing.TB) {
 func TestOtherServerAttribution(t *testing.T) {
 	requireRoot(t)
 	server, dial := goServer(t)
-	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}})
+	// Other packages' tests start and stop nginx meanwhile: track no
+	// nginx here, so the serving set is this process alone.
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}})
 	if err := tr.Scan(); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +202,9 @@ pqwatch_swap_failed_total 1
 func TestCollectorLint(t *testing.T) {
 	requireRoot(t)
 	server, _ := goServer(t)
-	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}})
+	// Other packages' tests start and stop nginx meanwhile: track no
+	// nginx here, so the serving set is this process alone.
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}})
 	for range 2 {
 		if err := tr.Scan(); err != nil {
 			t.Fatal(err)
@@ -309,7 +317,9 @@ func TestQUICServerQuietAttribution(t *testing.T) {
 	}
 	defer pc.Close()
 	server := pc.LocalAddr().(*net.UDPAddr).AddrPort()
-	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}})
+	// Other packages' tests start and stop nginx meanwhile: track no
+	// nginx here, so the serving set is this process alone.
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}})
 	for range 3 { // discover, build the generation, confirm the period
 		if err := tr.Scan(); err != nil {
 			t.Fatal(err)
