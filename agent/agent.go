@@ -466,8 +466,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.startTails(tailCtx, &tails)
 
 	// Housekeeping, once a second on one timer: the process probe or scan,
-	// then
-	// flow expiry (flows idle in quiet periods still time out) and
+	// then flow expiry (flows idle in quiet periods still time out) and
 	// counters. One wakeup for all: on a small VM waking an idle process
 	// costs more CPU than the work itself.
 	scan := func(first bool) {
