@@ -1104,7 +1104,10 @@ func replayOnce(ctx context.Context, pr *pair, pq *proc, sc *scraper, file strin
 	if m := reRated.FindSubmatch(out); m != nil {
 		s.achieved, _ = strconv.ParseFloat(string(m[1]), 64)
 	}
-	// Let the rings drain and the last handshakes be counted.
+	// Let the rings drain and the last handshakes be counted: the ring's
+	// packet counter moves at once, the last partly filled block reaches
+	// pqwatch only when its timeout expires.
+	time.Sleep(capture.DefaultBlockTimeout + 250*time.Millisecond)
 	var after sample
 	for i := 0; i < 20; i++ {
 		time.Sleep(250 * time.Millisecond)
