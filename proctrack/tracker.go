@@ -970,6 +970,14 @@ func (t *Tracker) Probe() bool {
 			if _, err := t.readProc(pid, "stat", true); err != nil {
 				return false
 			}
+			// A pid file renamed to .oldbin is a swap starting (or one
+			// that failed before its new master ran).
+			if g := p.gen; g != nil && g.key == p.key && g.pidFile != "" {
+				_, err := os.Stat(t.path(pid, "root") + g.pidFile + ".oldbin")
+				if (err == nil) != g.oldbinSeen {
+					return false
+				}
+			}
 		case p.server:
 			if _, err := t.readProc(pid, "stat", true); err != nil {
 				return false
