@@ -70,6 +70,11 @@ type options struct {
 }
 
 func main() {
+	// -ticker: the reference process of the idle figure (see cpuFigure).
+	if len(os.Args) == 2 && os.Args[1] == "-ticker" {
+		for range time.Tick(time.Second) {
+		}
+	}
 	var o options
 	var ladder string
 	flag.StringVar(&o.bin, "pqwatch", "bin/pqwatch", "pqwatch `binary`")
@@ -573,6 +578,7 @@ type cpuResult struct {
 	pqNs, ngxNs          uint64        // schedstat run time over the load window
 	loadFor              time.Duration // wall time over which pqwatchTicks were counted
 	idleNs               uint64        // schedstat run time with no traffic
+	refNs                uint64        // the same, of a Go process that only wakes once a second
 	idleFor              time.Duration
 	serverUs             float64 // nginx CPU µs per handshake (loadgen, measured window)
 	groups               map[string]int
@@ -708,7 +714,22 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	}
 	time.Sleep(1500 * time.Millisecond) // let the probes' flows end
 
-	// Idle cost: pqwatch with nothing to capture (process scans, timers).
+	// Idle cost: pqwatch with nothing to capture (process scans, timers),
+	// next to a reference measured in the same window: a Go process that
+	// does nothing but wake once a second. On a VM the cost of a wakeup
+	// moves with the host's load (1 to 4 ms/s for that reference was seen
+	// within an hour here), and every figure below moves with it.
+	var ref *proc
+	if self, err := os.Executable(); err == nil {
+		if ref, err = startProc(o, "", nil, self, "-ticker"); err == nil {
+			defer ref.stop()
+			time.Sleep(200 * time.Millisecond) // past its start-up
+		}
+	}
+	var ref0 uint64
+	if ref != nil {
+		ref0 = schedNs(ref.pid(), false)
+	}
 	idle0, idleStart := schedNs(pq.pid(), false), time.Now()
 	select {
 	case <-ctx.Done():
@@ -716,6 +737,10 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	case <-time.After(3 * time.Second):
 	}
 	r.idleNs, r.idleFor = schedNs(pq.pid(), false)-idle0, time.Since(idleStart)
+	if ref != nil {
+		r.refNs = schedNs(ref.pid(), false) - ref0
+		ref.stop()
+	}
 
 	before, err := sc.scrape(ctx)
 	if err != nil {
@@ -872,6 +897,9 @@ func printCPU(o options, rs []*cpuResult, spread []string) {
 	row("  of them outcome=ok", func(r *cpuResult) string { return fmt.Sprintf("%.0f", r.observedOK) })
 	row("pqwatch CPU ms (utime+stime)", func(r *cpuResult) string { return fmt.Sprintf("%.0f", float64(r.pqwatchTicks*tickUs)/1000) })
 	row("pqwatch idle CPU ms/s (no traffic)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.idleMsPerS()) })
+	row("  reference: Go process, 1 wakeup/s", func(r *cpuResult) string {
+		return fmt.Sprintf("%.1f", float64(r.refNs)/1e6/r.idleFor.Seconds())
+	})
 	row("pqwatch µs CPU per handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.pqUs()) })
 	row("nginx µs CPU per handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.serverUs) })
 	row("pqwatch / nginx (aim < 2%)", func(r *cpuResult) string {
