@@ -114,6 +114,7 @@ type Agent struct {
 	attribNudge chan struct{} // wakes the attribution goroutine
 	attribDone  chan struct{}
 	attribSkip  atomic.Uint64 // queue full: records passed on unattributed
+	attribIdle  atomic.Bool   // the attribution goroutine sleeps with nothing pending
 
 	lastAmbiguous, lastTooLong uint64 // mirrorJoinCounters' previous readings
 }
@@ -224,8 +225,8 @@ func parseReasons() []string {
 // The attribution goroutine is not woken for each record: in a quiet
 // period records wait for the next process scan anyway, and waking another
 // goroutine (another thread) per record cost more than parsing it. It is
-// nudged only for records that need a prompt exact lookup (swap windows)
-// and when the queue is half full.
+// nudged only for records that need a prompt exact lookup (swap windows),
+// when the queue is half full, and when it sleeps with nothing pending.
 func (a *Agent) handle(r *record.Handshake) {
 	a.count(r)
 	if a.attribQ == nil {
@@ -235,7 +236,7 @@ func (a *Agent) handle(r *record.Handshake) {
 	it := attribItem{r, time.Now()}
 	select {
 	case a.attribQ <- it:
-		if !a.mayBeQuiet(it) || len(a.attribQ) >= cap(a.attribQ)/2 {
+		if !a.mayBeQuiet(it) || len(a.attribQ) >= cap(a.attribQ)/2 || a.attribIdle.CompareAndSwap(true, false) {
 			a.nudgeAttrib()
 		}
 	default:
@@ -318,16 +319,27 @@ func (a *Agent) attributeLoop() {
 		if in == nil {
 			return // closed and drained: everything was attributed
 		}
+		// Wait for the next scan only when a record waits for it. With
+		// nothing pending, sleep until the next record nudges (attribIdle);
+		// a record queued just before the flag was raised is seen here.
 		var timeout <-chan time.Time
+		var scanned <-chan struct{}
 		if len(pending) > 0 {
 			timer.Reset(maxAttribWait - time.Since(pending[0].done))
-			timeout = timer.C
+			timeout, scanned = timer.C, scanDone
+		} else {
+			a.attribIdle.Store(true)
+			if len(in) > 0 {
+				a.attribIdle.Store(false)
+				continue
+			}
 		}
 		select {
 		case <-a.attribNudge:
-		case <-scanDone:
+		case <-scanned:
 		case <-timeout:
 		}
+		a.attribIdle.Store(false)
 		timer.Stop()
 	}
 }
