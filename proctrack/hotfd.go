@@ -52,17 +52,8 @@ func (h *hotFDs) get(pid int, dst []int) []int {
 // probeHot looks for socket inode ino at the remembered fd numbers of the
 // serving processes.
 func (t *Tracker) probeHot(ino uint64) (*record.Generation, bool) {
-	t.mu.RLock()
-	type target struct {
-		pid int
-		rec *record.Generation
-	}
-	var buf [16]target
-	targets := buf[:0]
-	for _, p := range t.serving {
-		targets = append(targets, target{p.key.pid, p.rec})
-	}
-	t.mu.RUnlock()
+	var buf [16]servingTarget
+	targets := t.servingTargets(buf[:0])
 	var fdBuf [hotPerPID]int
 	for _, tg := range targets {
 		if tg.rec == nil {

@@ -2,7 +2,6 @@ package proctrack
 
 import (
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -96,19 +95,9 @@ func (t *Tracker) listenerOwner(server netip.AddrPort, udp bool) owner {
 	if len(inodes) == 0 {
 		return owner{}
 	}
-	t.mu.RLock()
-	type target struct {
-		pid int
-		rec *record.Generation
-	}
-	targets := make([]target, 0, len(t.serving))
-	for _, p := range t.serving {
-		targets = append(targets, target{p.key.pid, p.rec})
-	}
-	t.mu.RUnlock()
 	var found, single *record.Generation
 	procs, marked := 0, 0 // serving processes of found's generation; inodes seen held
-	for _, tg := range targets {
+	for _, tg := range t.servingTargets(nil) {
 		if tg.rec == nil {
 			continue
 		}
@@ -119,36 +108,25 @@ func (t *Tracker) listenerOwner(server netip.AddrPort, udp bool) owner {
 			procs++
 			continue
 		}
-		fdDir := t.path(tg.pid, "fd")
-		fds, err := readDirNames(fdDir) // ascending: listeners are low fds
-		if err != nil {
-			continue
-		}
-		held := false
-		for _, fd := range fds {
-			l, err := os.Readlink(fdDir + "/" + fd)
-			if err != nil {
-				continue
-			}
-			ino, err := parseSocketLink(l)
-			if err != nil {
-				continue
-			}
+		held, shared := false, false
+		t.eachSocket(tg.pid, func(_ int, ino uint64) bool {
 			seen, ok := inodes[ino]
 			if !ok {
-				continue
+				return true
 			}
 			if found != nil {
-				return owner{} // two generations share the listener: a swap
+				shared = true // two generations share the listener: a swap
+				return false
 			}
 			held = true
 			if !seen {
 				inodes[ino] = true
 				marked++
 			}
-			if marked == len(inodes) {
-				break
-			}
+			return marked < len(inodes)
+		})
+		if shared {
+			return owner{}
 		}
 		if held {
 			found, single, procs = tg.rec, tg.rec, 1

@@ -1370,27 +1370,17 @@ func (t *Tracker) discoverServers(now time.Time) {
 		if err != nil {
 			continue
 		}
-		fdDir := t.path(pid, "fd")
-		fds, err := readDirNames(fdDir)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			l, err := os.Readlink(fdDir + "/" + fd)
-			if err != nil {
-				continue
-			}
-			ino, err := parseSocketLink(l)
-			if err != nil || !unknown[ino] {
-				continue
+		t.eachSocket(pid, func(_ int, ino uint64) bool {
+			if !unknown[ino] {
+				return true
 			}
 			t.listenOwner[ino] = pid
 			if p := t.procs[pid]; p != nil && p.role != roleNone {
-				continue // nginx is tracked by its titles
+				return true // nginx is tracked by its titles
 			}
 			b, err := t.readFile(t.path(pid, "stat"))
 			if err != nil {
-				continue
+				return true
 			}
 			if st, err := parseStat(b); err == nil && !t.isNginxComm(st.Comm) {
 				if _, known := t.serverPIDs[pid]; !known {
@@ -1398,7 +1388,8 @@ func (t *Tracker) discoverServers(now time.Time) {
 				}
 				t.serverPIDs[pid] = st.StartTime
 			}
-		}
+			return true
+		})
 	}
 	for ino, pid := range t.listenOwner {
 		if _, ok := t.procs[pid]; !ok && !unknown[ino] {
@@ -1519,36 +1510,14 @@ func (t *Tracker) refreshIndex() bool {
 	if wait := t.cfg.IndexRefreshMin - time.Since(t.lastRefresh); wait > 0 {
 		time.Sleep(wait)
 	}
-	t.mu.RLock()
-	type target struct {
-		pid int
-		rec *record.Generation
-	}
-	targets := make([]target, 0, len(t.serving))
-	for _, p := range t.serving {
-		targets = append(targets, target{p.key.pid, p.rec})
-	}
-	t.mu.RUnlock()
 	idx := make(map[uint64]*record.Generation, 2*len(t.idx)+16)
 	where := make(map[uint64]fdAt, 2*len(t.idx)+16)
-	for _, tg := range targets {
-		fdDir := t.path(tg.pid, "fd")
-		fds, err := readDirNames(fdDir)
-		if err != nil {
-			continue
-		}
-		for _, fd := range fds {
-			l, err := os.Readlink(fdDir + "/" + fd)
-			if err != nil {
-				continue
-			}
-			if ino, err := parseSocketLink(l); err == nil {
-				idx[ino] = tg.rec
-				if n, err := strconv.Atoi(fd); err == nil {
-					where[ino] = fdAt{tg.pid, n}
-				}
-			}
-		}
+	for _, tg := range t.servingTargets(nil) {
+		t.eachSocket(tg.pid, func(fd int, ino uint64) bool {
+			idx[ino] = tg.rec
+			where[ino] = fdAt{tg.pid, fd}
+			return true
+		})
 	}
 	t.idxMu.Lock()
 	t.idx = idx
