@@ -105,8 +105,9 @@ type Agent struct {
 	policy  forecast.Policy
 	lines   logparse.LineCounters
 
-	recordsOut atomic.Uint64
-	panics     atomic.Uint64
+	recordsOut  atomic.Uint64
+	lastPanics  uint64      // mirrorPanics' previous reading
+	jsonlFailed atomic.Bool // the JSONL output failed (logged once)
 
 	// Attribution runs off the capture path: a process lookup may wait on
 	// netlink and /proc, and the rings must keep draining meanwhile.
@@ -447,8 +448,11 @@ func (a *Agent) deliver(r *record.Handshake) {
 		}
 	}
 	if a.jsonl != nil {
-		if err := a.jsonl.Write(r); err != nil {
-			a.metrics.ParseError("panic")
+		if err := a.jsonl.Write(r); err != nil && a.jsonlFailed.CompareAndSwap(false, true) {
+			// The writer keeps its first error: no record is written
+			// after it. Say so once (it was counted as a "panic" parse
+			// error per record before, which it is not).
+			a.log.Error("JSONL output failed: no more records are written to it", "err", err)
 		}
 	}
 	if a.kafka != nil {
@@ -513,6 +517,7 @@ func (a *Agent) Run(ctx context.Context) error {
 					a.countErrors(w, w.sn.Stats())
 					w.mu.Unlock()
 				}
+				a.mirrorPanics()
 				if a.joiner != nil {
 					a.joiner.Tick(now)
 					a.mirrorJoinCounters()
@@ -555,6 +560,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	stopBG()
 	wg.Wait()
+	a.mirrorPanics() // the ticker has stopped
 	if a.procs != nil {
 		a.procs.Close()
 	}
@@ -569,21 +575,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// packet is the capture callback, on worker i's goroutine.
+// packet is the capture callback, on worker i's goroutine. A panic is
+// recovered (and logged) by the capture worker, which drops the packet and
+// keeps capturing; mirrorPanics counts it in the metrics. The deferred
+// unlock keeps the worker's sniffer usable after one.
 func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
 	w := a.workers[i]
 	w.mu.Lock()
-	defer func() {
-		if p := recover(); p != nil {
-			// A bug must not take the agent down: count it, drop the
-			// packet, keep capturing.
-			a.panics.Add(1)
-			a.metrics.ParseError("panic")
-			a.log.Error("panic in packet path", "panic", p)
-		}
-		w.mu.Unlock()
-	}()
+	defer w.mu.Unlock()
 	w.sn.Packet(ts, link, data)
+}
+
+// mirrorPanics counts the packet-path panics the capture recovered as
+// parse_errors{reason="panic"}. Called from one goroutine (the ticker).
+func (a *Agent) mirrorPanics() {
+	n := a.capt.Panics()
+	a.metrics.AddParseErrors("panic", n-a.lastPanics)
+	a.lastPanics = n
 }
 
 // countErrors turns the growth of a worker's error counters into metrics.

@@ -76,6 +76,9 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
+// Panics is how many handler calls panicked (recovered by the workers).
+func (c *Capture) Panics() uint64 { return c.panics.Load() }
+
 // IfaceStats are the kernel's ring counters of one interface, summed over
 // its workers. Packets counts every packet that passed the filter, the
 // dropped ones included (PACKET_STATISTICS tp_packets); Drops counts those
