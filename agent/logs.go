@@ -46,34 +46,22 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 		var l logparse.NginxLine
 		run(nl.Path, func(line []byte, _ time.Time) {
 			if err := f.Parse(line, &l); err != nil {
-				a.metrics.LogLine(exporter.LogSourceNginx, exporter.LogLineMalformed)
-				a.joiner.CountMalformed(join.SourceNginx)
+				a.accessLine(join.SourceNginx, join.Line{}, false, true)
 				return
 			}
 			jl, ok := join.FromNginx(&l)
-			if !ok {
-				a.metrics.LogLine(exporter.LogSourceNginx, exporter.LogLineMalformed)
-				return
-			}
-			a.metrics.LogLine(exporter.LogSourceNginx, exporter.LogLineOK)
-			a.joiner.AddLine(jl, time.Now())
+			a.accessLine(join.SourceNginx, jl, ok, false)
 		})
 	}
 	for _, p := range a.cfg.CaddyLogs {
 		var c logparse.CaddyLine
 		run(p, func(line []byte, _ time.Time) {
 			if err := logparse.ParseCaddyLine(line, &c); err != nil {
-				a.metrics.LogLine(exporter.LogSourceCaddy, exporter.LogLineMalformed)
-				a.joiner.CountMalformed(join.SourceCaddy)
+				a.accessLine(join.SourceCaddy, join.Line{}, false, true)
 				return
 			}
 			jl, ok := join.FromCaddy(&c)
-			if !ok {
-				a.metrics.LogLine(exporter.LogSourceCaddy, exporter.LogLineMalformed)
-				return
-			}
-			a.metrics.LogLine(exporter.LogSourceCaddy, exporter.LogLineOK)
-			a.joiner.AddLine(jl, time.Now())
+			a.accessLine(join.SourceCaddy, jl, ok, false)
 		})
 	}
 	for _, p := range a.cfg.NginxErrorLogs {
@@ -89,5 +77,23 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 				}
 			}
 		})
+	}
+}
+
+// accessLine counts one access-log line of source (join.SourceNginx or
+// join.SourceCaddy, the same names as the metric's source label) and hands
+// it to the joiner: unparsable lines are counted malformed there too; a
+// line that parsed but cannot be joined (ok false) is malformed for the
+// metric only.
+func (a *Agent) accessLine(source string, jl join.Line, ok, unparsable bool) {
+	switch {
+	case unparsable:
+		a.metrics.LogLine(source, exporter.LogLineMalformed)
+		a.joiner.CountMalformed(source)
+	case !ok:
+		a.metrics.LogLine(source, exporter.LogLineMalformed)
+	default:
+		a.metrics.LogLine(source, exporter.LogLineOK)
+		a.joiner.AddLine(jl, time.Now())
 	}
 }
