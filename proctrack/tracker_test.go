@@ -150,6 +150,21 @@ func TestOtherServerAttribution(t *testing.T) {
 	if st.Attributed != 3 || st.Unattributed != 1 || st.Quiet != 1 || st.ByListener != 1 {
 		t.Errorf("stats %+v", st)
 	}
+	// The metric says the same, one line per way.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tr.Collector())
+	want := `
+# HELP pqwatch_attributions_total TCP handshakes by how their server process was found: quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).
+# TYPE pqwatch_attributions_total counter
+pqwatch_attributions_total{method="listener"} 1
+pqwatch_attributions_total{method="none"} 1
+pqwatch_attributions_total{method="quiet"} 1
+pqwatch_attributions_total{method="skipped"} 0
+pqwatch_attributions_total{method="socket"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pqwatch_attributions_total"); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestFailedSwapDeadline: an [emerg] from a process that stays alive (so
