@@ -521,9 +521,6 @@ func (c *Capture) Close() error {
 		delete(c.groups, g.ifindex)
 	}
 	c.mu.Unlock()
-	for _, w := range c.workers {
-		w.closeFD()
-	}
 	c.ns.Close()
 	return nil
 }

@@ -58,9 +58,6 @@ func (w *worker) wake() {
 	}
 }
 
-// closeFD is kept for Capture's shutdown path; the worker owns no fd now.
-func (w *worker) closeFD() {}
-
 // control applies queued messages and rebuilds the poll set.
 func (w *worker) control() {
 	w.mu.Lock()

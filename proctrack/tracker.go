@@ -265,7 +265,6 @@ type Tracker struct {
 	listeners   listenerCache
 	serverPIDs  map[int]uint64 // pid -> start time of non-nginx servers
 	scans       uint64
-	probes      uint64
 	scanErrors  uint64
 	buf         []byte
 
@@ -984,7 +983,6 @@ func (t *Tracker) Probe() bool {
 			}
 		}
 	}
-	t.probes++
 	t.lastScanAt = now
 	close(t.scanDone)
 	t.scanDone = make(chan struct{})
