@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 const namespace = "pqwatch"
@@ -18,23 +19,16 @@ const labelOther = "other"
 // labelNone marks an absent value (no negotiated version or group).
 const labelNone = "none"
 
-// knownGroups are the group label values kept as they are; any other group
-// name becomes "other", an absent group "none". The list is the IANA names of
-// SPEC.md.
-var knownGroups = []string{
-	"x25519", "secp256r1", "secp384r1", "secp521r1", "x448",
-	"ffdhe2048", "ffdhe3072", "ffdhe4096", "ffdhe6144", "ffdhe8192",
-	"X25519MLKEM768", "SecP256r1MLKEM768", "SecP384r1MLKEM1024", "curveSM2MLKEM768",
-	"MLKEM512", "MLKEM768", "MLKEM1024",
-	"X25519Kyber768Draft00", "SecP256r1Kyber768Draft00",
-}
-
-// pqGroups is the subset of knownGroups that are PQ or hybrid.
-var pqGroups = map[string]bool{
-	"X25519MLKEM768": true, "SecP256r1MLKEM768": true, "SecP384r1MLKEM1024": true,
-	"curveSM2MLKEM768": true, "MLKEM512": true, "MLKEM768": true, "MLKEM1024": true,
-	"X25519Kyber768Draft00": true, "SecP256r1Kyber768Draft00": true,
-}
+// knownGroups are the group label values kept as they are
+// (tlsparse.CommonGroups by name); any other group name becomes "other", an
+// absent group "none".
+var knownGroups = func() []string {
+	out := make([]string, len(tlsparse.CommonGroups))
+	for i, g := range tlsparse.CommonGroups {
+		out[i] = g.String()
+	}
+	return out
+}()
 
 var (
 	transportValues = []string{record.TransportTCP, record.TransportQUIC, labelOther}
@@ -284,7 +278,7 @@ func (m *Metrics) initSeries() {
 	for ti := range 2 { // tcp, quic
 		for _, g := range common {
 			gi := groupIndex[g]
-			pq := b2i(pqGroups[g])
+			pq := b2i(tlsparse.CommonGroups[gi].IsPQ())
 			for vi := range 2 { // TLS1.3, TLS1.2
 				if vi == 1 && pq == 1 {
 					continue // hybrid groups are TLS 1.3 only

@@ -93,7 +93,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
@@ -188,7 +187,8 @@ func ParsePolicy(s string) (Policy, error) {
 		}
 		for name := range strings.FieldsFuncSeq(part, func(r rune) bool { return r == ',' || r == ':' || r == ' ' }) {
 			name = strings.TrimLeft(name, "*?")
-			g, ok := GroupByName(name)
+			gp, ok := tlsparse.ParseGroup(name)
+			g := uint16(gp)
 			if !ok {
 				return Policy{}, fmt.Errorf("%w: unknown group %q", ErrPolicy, name)
 			}
@@ -249,47 +249,6 @@ func (p *Policy) tuple(i int) int {
 		return 0
 	}
 	return int(p.Tuple[i])
-}
-
-// aliases are OpenSSL and NIST spellings of IANA group names, lower-case.
-var aliases = map[string]uint16{
-	"p-256": 0x0017, "prime256v1": 0x0017, "p256": 0x0017,
-	"p-384": 0x0018, "p384": 0x0018,
-	"p-521": 0x0019, "p521": 0x0019,
-	"x25519mlkem768": 0x11ec, "secp256r1mlkem768": 0x11eb, "secp384r1mlkem1024": 0x11ed,
-	"curvesm2mlkem768": 0x11ee, "mlkem512": 0x0200, "mlkem768": 0x0201, "mlkem1024": 0x0202,
-	"x25519kyber768draft00": 0x6399, "x25519kyber768": 0x6399,
-	"secp256r1kyber768draft00": 0x639a, "p256kyber768draft00": 0x639a,
-}
-
-// names maps registered IANA names to codepoints: lower holds them
-// lower-cased with the aliases (for ParsePolicy), exact as spelled (for
-// record fields, looked up without allocating). Built on first use: walking
-// the registry takes ~2 ms.
-var names = sync.OnceValue(func() (n struct{ lower, exact map[string]uint16 }) {
-	n.lower, n.exact = map[string]uint16{}, map[string]uint16{}
-	for v := range 1 << 16 {
-		if s := tlsparse.Group(v).String(); !strings.HasPrefix(s, "0x") {
-			n.exact[s] = uint16(v)
-			n.lower[strings.ToLower(s)] = uint16(v)
-		}
-	}
-	for k, v := range aliases {
-		n.lower[k] = v
-	}
-	return n
-})
-
-// GroupByName resolves an IANA group name, an OpenSSL/NIST alias or a 0x
-// hex codepoint, case-insensitively.
-func GroupByName(name string) (uint16, bool) {
-	name = strings.TrimSpace(name)
-	if len(name) > 2 && (name[:2] == "0x" || name[:2] == "0X") {
-		v, err := strconv.ParseUint(name[2:], 16, 16)
-		return uint16(v), err == nil
-	}
-	g, ok := names().lower[strings.ToLower(name)]
-	return g, ok
 }
 
 // Kind is a predicted outcome.
@@ -573,14 +532,8 @@ func HelloRetryRequestSize(shBytes int, g uint16) int {
 
 // groupID resolves a record's group name without allocating.
 func groupID(name string) (uint16, bool) {
-	if g, ok := names().exact[name]; ok {
-		return g, true
-	}
-	if len(name) == 6 && name[:2] == "0x" {
-		v, err := strconv.ParseUint(name[2:], 16, 16)
-		return uint16(v), err == nil
-	}
-	return 0, false
+	g, ok := tlsparse.ParseGroup(name)
+	return uint16(g), ok
 }
 
 // ServerShareSize is the key_exchange length a TLS 1.3 ServerHello carries

@@ -3,57 +3,31 @@ package loadgen
 import (
 	"crypto/tls"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
-// groupNames maps the key exchanges crypto/tls (Go 1.26) implements to their
-// IANA TLS Supported Groups names, as SPEC.md prints them.
-var groupNames = map[tls.CurveID]string{
-	tls.CurveP256:          "secp256r1",
-	tls.CurveP384:          "secp384r1",
-	tls.CurveP521:          "secp521r1",
-	tls.X25519:             "x25519",
-	tls.X25519MLKEM768:     "X25519MLKEM768",
-	tls.SecP256r1MLKEM768:  "SecP256r1MLKEM768",
-	tls.SecP384r1MLKEM1024: "SecP384r1MLKEM1024",
+// goGroups are the key exchanges crypto/tls (Go 1.26) implements: the
+// groups an arm can offer.
+var goGroups = []tls.CurveID{
+	tls.X25519MLKEM768, tls.SecP256r1MLKEM768, tls.SecP384r1MLKEM1024,
+	tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521,
 }
 
-// groupAliases accepts the IANA name (any case) and the Go and OpenSSL
-// spellings users are likely to type.
-var groupAliases = map[string]tls.CurveID{
-	"p256": tls.CurveP256, "p-256": tls.CurveP256, "curvep256": tls.CurveP256, "prime256v1": tls.CurveP256,
-	"p384": tls.CurveP384, "p-384": tls.CurveP384, "curvep384": tls.CurveP384,
-	"p521": tls.CurveP521, "p-521": tls.CurveP521, "curvep521": tls.CurveP521,
-}
-
-// GroupName returns the IANA name of a key exchange group, or "0x" and four
-// lower-case hex digits for values it does not know.
-func GroupName(id tls.CurveID) string {
-	if n, ok := groupNames[id]; ok {
-		return n
-	}
-	return fmt.Sprintf("0x%04x", uint16(id))
-}
+// GroupName returns the IANA name of a key exchange group (tlsparse's
+// registry), or "0x" and four lower-case hex digits for an unregistered one.
+func GroupName(id tls.CurveID) string { return tlsparse.Group(id).String() }
 
 // IsPQ reports whether the group is a post-quantum or hybrid group.
-func IsPQ(id tls.CurveID) bool {
-	switch id {
-	case tls.X25519MLKEM768, tls.SecP256r1MLKEM768, tls.SecP384r1MLKEM1024:
-		return true
-	}
-	return false
-}
+func IsPQ(id tls.CurveID) bool { return tlsparse.Group(id).IsPQ() }
 
-// ParseGroup resolves a group name that crypto/tls can offer.
+// ParseGroup resolves a group name (IANA, OpenSSL, NIST or Go spelling, any
+// case) that crypto/tls can offer.
 func ParseGroup(s string) (tls.CurveID, error) {
-	k := strings.ToLower(strings.TrimSpace(s))
-	for id, n := range groupNames {
-		if strings.ToLower(n) == k {
-			return id, nil
-		}
-	}
-	if id, ok := groupAliases[k]; ok {
-		return id, nil
+	if g, ok := tlsparse.ParseGroup(s); ok && slices.Contains(goGroups, tls.CurveID(g)) {
+		return tls.CurveID(g), nil
 	}
 	return 0, fmt.Errorf("%w: %q", ErrUnsupportedGroup, s)
 }

@@ -1,5 +1,13 @@
 package tlsparse
 
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+)
+
 // Group is a TLS Supported Groups codepoint (formerly "named curve"), as
 // carried in the supported_groups and key_share extensions and in a TLS 1.2
 // ECDHE ServerKeyExchange.
@@ -65,125 +73,136 @@ var greaseNames = [16]string{
 	"0x8a8a", "0x9a9a", "0xaaaa", "0xbaba", "0xcaca", "0xdada", "0xeaea", "0xfafa",
 }
 
+// registry is the IANA TLS Supported Groups registry, sorted by codepoint:
+// the one table of group names in pqwatch (String, ParseGroup and the
+// metrics' label set all read it).
+var registry = [...]groupEntry{
+	{0x0001, "sect163k1"},
+	{0x0002, "sect163r1"},
+	{0x0003, "sect163r2"},
+	{0x0004, "sect193r1"},
+	{0x0005, "sect193r2"},
+	{0x0006, "sect233k1"},
+	{0x0007, "sect233r1"},
+	{0x0008, "sect239k1"},
+	{0x0009, "sect283k1"},
+	{0x000a, "sect283r1"},
+	{0x000b, "sect409k1"},
+	{0x000c, "sect409r1"},
+	{0x000d, "sect571k1"},
+	{0x000e, "sect571r1"},
+	{0x000f, "secp160k1"},
+	{0x0010, "secp160r1"},
+	{0x0011, "secp160r2"},
+	{0x0012, "secp192k1"},
+	{0x0013, "secp192r1"},
+	{0x0014, "secp224k1"},
+	{0x0015, "secp224r1"},
+	{0x0016, "secp256k1"},
+	{GroupSecp256r1, "secp256r1"},
+	{GroupSecp384r1, "secp384r1"},
+	{GroupSecp521r1, "secp521r1"},
+	{0x001a, "brainpoolP256r1"},
+	{0x001b, "brainpoolP384r1"},
+	{0x001c, "brainpoolP512r1"},
+	{GroupX25519, "x25519"},
+	{GroupX448, "x448"},
+	{0x001f, "brainpoolP256r1tls13"},
+	{0x0020, "brainpoolP384r1tls13"},
+	{0x0021, "brainpoolP512r1tls13"},
+	{0x0022, "GC256A"},
+	{0x0023, "GC256B"},
+	{0x0024, "GC256C"},
+	{0x0025, "GC256D"},
+	{0x0026, "GC512A"},
+	{0x0027, "GC512B"},
+	{0x0028, "GC512C"},
+	{GroupCurveSM2, "curveSM2"},
+	{GroupFFDHE2048, "ffdhe2048"},
+	{0x0101, "ffdhe3072"},
+	{0x0102, "ffdhe4096"},
+	{0x0103, "ffdhe6144"},
+	{0x0104, "ffdhe8192"},
+	{GroupMLKEM512, "MLKEM512"},
+	{GroupMLKEM768, "MLKEM768"},
+	{GroupMLKEM1024, "MLKEM1024"},
+	{GroupSecP256r1MLKEM768, "SecP256r1MLKEM768"},
+	{GroupX25519MLKEM768, "X25519MLKEM768"},
+	{GroupSecP384r1MLKEM1024, "SecP384r1MLKEM1024"},
+	{GroupCurveSM2MLKEM768, "curveSM2MLKEM768"},
+	{GroupX25519Kyber768Draft00, "X25519Kyber768Draft00"},
+	{GroupSecP256r1Kyber768Draft00, "SecP256r1Kyber768Draft00"},
+	{0xff01, "arbitrary_explicit_prime_curves"},
+	{0xff02, "arbitrary_explicit_char2_curves"},
+}
+
+type groupEntry struct {
+	g    Group
+	name string
+}
+
 // groupName is the registry lookup; "" when unregistered.
 func groupName(g Group) string {
-	switch g {
-	case 0x0001:
-		return "sect163k1"
-	case 0x0002:
-		return "sect163r1"
-	case 0x0003:
-		return "sect163r2"
-	case 0x0004:
-		return "sect193r1"
-	case 0x0005:
-		return "sect193r2"
-	case 0x0006:
-		return "sect233k1"
-	case 0x0007:
-		return "sect233r1"
-	case 0x0008:
-		return "sect239k1"
-	case 0x0009:
-		return "sect283k1"
-	case 0x000a:
-		return "sect283r1"
-	case 0x000b:
-		return "sect409k1"
-	case 0x000c:
-		return "sect409r1"
-	case 0x000d:
-		return "sect571k1"
-	case 0x000e:
-		return "sect571r1"
-	case 0x000f:
-		return "secp160k1"
-	case 0x0010:
-		return "secp160r1"
-	case 0x0011:
-		return "secp160r2"
-	case 0x0012:
-		return "secp192k1"
-	case 0x0013:
-		return "secp192r1"
-	case 0x0014:
-		return "secp224k1"
-	case 0x0015:
-		return "secp224r1"
-	case 0x0016:
-		return "secp256k1"
-	case GroupSecp256r1:
-		return "secp256r1"
-	case GroupSecp384r1:
-		return "secp384r1"
-	case GroupSecp521r1:
-		return "secp521r1"
-	case 0x001a:
-		return "brainpoolP256r1"
-	case 0x001b:
-		return "brainpoolP384r1"
-	case 0x001c:
-		return "brainpoolP512r1"
-	case GroupX25519:
-		return "x25519"
-	case GroupX448:
-		return "x448"
-	case 0x001f:
-		return "brainpoolP256r1tls13"
-	case 0x0020:
-		return "brainpoolP384r1tls13"
-	case 0x0021:
-		return "brainpoolP512r1tls13"
-	case 0x0022:
-		return "GC256A"
-	case 0x0023:
-		return "GC256B"
-	case 0x0024:
-		return "GC256C"
-	case 0x0025:
-		return "GC256D"
-	case 0x0026:
-		return "GC512A"
-	case 0x0027:
-		return "GC512B"
-	case 0x0028:
-		return "GC512C"
-	case GroupCurveSM2:
-		return "curveSM2"
-	case GroupFFDHE2048:
-		return "ffdhe2048"
-	case 0x0101:
-		return "ffdhe3072"
-	case 0x0102:
-		return "ffdhe4096"
-	case 0x0103:
-		return "ffdhe6144"
-	case 0x0104:
-		return "ffdhe8192"
-	case GroupMLKEM512:
-		return "MLKEM512"
-	case GroupMLKEM768:
-		return "MLKEM768"
-	case GroupMLKEM1024:
-		return "MLKEM1024"
-	case GroupSecP256r1MLKEM768:
-		return "SecP256r1MLKEM768"
-	case GroupX25519MLKEM768:
-		return "X25519MLKEM768"
-	case GroupSecP384r1MLKEM1024:
-		return "SecP384r1MLKEM1024"
-	case GroupCurveSM2MLKEM768:
-		return "curveSM2MLKEM768"
-	case GroupX25519Kyber768Draft00:
-		return "X25519Kyber768Draft00"
-	case GroupSecP256r1Kyber768Draft00:
-		return "SecP256r1Kyber768Draft00"
-	case 0xff01:
-		return "arbitrary_explicit_prime_curves"
-	case 0xff02:
-		return "arbitrary_explicit_char2_curves"
+	i, ok := slices.BinarySearchFunc(registry[:], g, func(e groupEntry, g Group) int { return cmp.Compare(e.g, g) })
+	if !ok {
+		return ""
 	}
-	return ""
+	return registry[i].name
+}
+
+// groupAliases are the other spellings of registered groups that people and
+// programs use, lower-case: OpenSSL's short names (nginx's $ssl_curve,
+// openssl -groups), NIST's, Go's crypto/tls constant names, and the Kyber
+// drafts' informal names.
+var groupAliases = map[string]Group{
+	"prime256v1": GroupSecp256r1, "p-256": GroupSecp256r1, "p256": GroupSecp256r1, "curvep256": GroupSecp256r1,
+	"p-384": GroupSecp384r1, "p384": GroupSecp384r1, "curvep384": GroupSecp384r1,
+	"p-521": GroupSecp521r1, "p521": GroupSecp521r1, "curvep521": GroupSecp521r1,
+	"sm2":            GroupCurveSM2,
+	"x25519kyber768": GroupX25519Kyber768Draft00, "p256kyber768draft00": GroupSecP256r1Kyber768Draft00,
+}
+
+// groupsByName maps every registered name (exact, and lower-cased) and every
+// alias to its codepoint.
+var groupsByName = sync.OnceValue(func() map[string]Group {
+	m := make(map[string]Group, 2*len(registry)+len(groupAliases))
+	for _, e := range registry {
+		m[e.name] = e.g
+		m[strings.ToLower(e.name)] = e.g
+	}
+	for k, g := range groupAliases {
+		m[k] = g
+	}
+	return m
+})
+
+// ParseGroup resolves a group as it is spelled in a log, a flag or another
+// tool's output: an IANA registry name or one of its aliases (OpenSSL's
+// "X25519" and "prime256v1", NIST's "P-256", Go's "CurveP256"), in any
+// case, or a codepoint as "0x" and hex digits (what OpenSSL prints for a
+// group it cannot name). ok is false for anything else.
+func ParseGroup(s string) (g Group, ok bool) {
+	s = strings.TrimSpace(s)
+	if len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X") {
+		v, err := strconv.ParseUint(s[2:], 16, 16)
+		return Group(v), err == nil
+	}
+	m := groupsByName()
+	if g, ok = m[s]; !ok {
+		g, ok = m[strings.ToLower(s)]
+	}
+	return g, ok
+}
+
+// CommonGroups are the groups deployed TLS stacks offer (the group names of
+// pqwatch's record contract): each is a label value of its own in the
+// metrics, where any other group counts as "other".
+var CommonGroups = []Group{
+	GroupX25519, GroupSecp256r1, GroupSecp384r1, GroupSecp521r1, GroupX448,
+	GroupFFDHE2048, 0x0101, 0x0102, 0x0103, 0x0104,
+	GroupX25519MLKEM768, GroupSecP256r1MLKEM768, GroupSecP384r1MLKEM1024, GroupCurveSM2MLKEM768,
+	GroupMLKEM512, GroupMLKEM768, GroupMLKEM1024,
+	GroupX25519Kyber768Draft00, GroupSecP256r1Kyber768Draft00,
 }
 
 const hexDigits = "0123456789abcdef"

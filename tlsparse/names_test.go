@@ -137,3 +137,36 @@ func TestParseHandshakeHeader(t *testing.T) {
 		t.Errorf("short header: %v", err)
 	}
 }
+
+func TestRegistrySorted(t *testing.T) {
+	for i := 1; i < len(registry); i++ {
+		if registry[i-1].g >= registry[i].g {
+			t.Fatalf("registry out of order at %#04x", registry[i].g)
+		}
+	}
+}
+
+func TestParseGroup(t *testing.T) {
+	for in, want := range map[string]Group{
+		"x25519": GroupX25519, "X25519": GroupX25519, " X25519 ": GroupX25519,
+		"prime256v1": GroupSecp256r1, "P-256": GroupSecp256r1, "CurveP256": GroupSecp256r1, "secp256r1": GroupSecp256r1,
+		"P-384": GroupSecp384r1, "p521": GroupSecp521r1,
+		"X25519MLKEM768": GroupX25519MLKEM768, "x25519mlkem768": GroupX25519MLKEM768,
+		"SecP256r1MLKEM768": GroupSecP256r1MLKEM768, "MLKEM1024": GroupMLKEM1024,
+		"X25519Kyber768Draft00": GroupX25519Kyber768Draft00, "x25519kyber768": GroupX25519Kyber768Draft00,
+		"0x11ec": GroupX25519MLKEM768, "0X11EC": GroupX25519MLKEM768, "0x1234": 0x1234,
+		"brainpoolP256r1": 0x001a, "ffdhe3072": 0x0101,
+	} {
+		if got, ok := ParseGroup(in); !ok || got != want {
+			t.Errorf("ParseGroup(%q) = %#04x, %v; want %#04x", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "nope", "0x", "0x12345", "0xzz", "X25519MLKEM"} {
+		if g, ok := ParseGroup(in); ok {
+			t.Errorf("ParseGroup(%q) = %#04x, want not ok", in, g)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { ParseGroup("X25519MLKEM768"); ParseGroup("x25519") }); n != 0 {
+		t.Errorf("ParseGroup allocates %v times", n)
+	}
+}
