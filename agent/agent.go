@@ -1,12 +1,13 @@
-// Package agent is the live pqwatch daemon: AF_PACKET capture (package
-// capture) fanned out to one Sniffer per worker, records attributed to the
-// server generation that accepted them (package proctrack), joined with
-// tailed access logs (packages logparse and join), forecast (package
-// forecast), and delivered to the sinks (package exporter): Prometheus,
-// JSONL and Kafka.
+// Package agent is the live pqwatch daemon, the live source of the one
+// record pipeline (package pipeline): AF_PACKET capture (package capture)
+// fanned out to one Sniffer per worker; each record is counted in the
+// metrics (a tap), attributed to the server generation that accepted it
+// (proctrack.Attribution), joined with tailed access logs (package logjoin),
+// and delivered to the sinks (package exporter): JSONL, Kafka and any the
+// caller adds (the run summary, the demo's).
 //
 // Shutdown order: capture stops, open flows are flushed as records, the
-// joiner flushes, the sinks drain with a deadline, the HTTP server last.
+// stages flush, the sinks drain with a deadline, the HTTP server last.
 package agent
 
 import (
@@ -21,7 +22,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
+
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,18 +30,16 @@ import (
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
-	"github.com/pqwatch/pqwatch/join"
+	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/logparse"
+	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/proctrack"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
 // NginxLog is an nginx access log to tail and the format it is written in.
-type NginxLog struct {
-	Path   string
-	Format *logparse.Format
-}
+type NginxLog = logjoin.NginxLog
 
 // Config is everything the agent needs. Zero values take defaults.
 type Config struct {
@@ -73,7 +72,10 @@ type Config struct {
 
 	Forecast *forecast.Policy // nil = forecast.DefaultPolicy
 
-	// OnRecord sees every finished record (after join and attribution).
+	// Sinks receive every finished record (after attribution and join),
+	// after JSONL and Kafka.
+	Sinks []record.Sink
+	// OnRecord, when set, is one more sink.
 	OnRecord func(*record.Handshake)
 
 	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
@@ -99,23 +101,12 @@ type Agent struct {
 	capt    *capture.Capture
 	workers []*worker
 	procs   *proctrack.Tracker
-	joiner  *join.Joiner
-	jsonl   *exporter.JSONL
-	kafka   *exporter.Kafka
-	policy  forecast.Policy
+	attrib  *proctrack.Attribution
+	joiner  *logjoin.Joiner
+	pipe    *pipeline.Pipeline
 	lines   logparse.LineCounters
 
-	recordsOut  atomic.Uint64
-	lastPanics  uint64      // mirrorPanics' previous reading
-	jsonlFailed atomic.Bool // the JSONL output failed (logged once)
-
-	// Attribution runs off the capture path: a process lookup may wait on
-	// netlink and /proc, and the rings must keep draining meanwhile.
-	attribQ     chan attribItem
-	attribNudge chan struct{} // wakes the attribution goroutine
-	attribDone  chan struct{}
-	attribSkip  atomic.Uint64 // queue full: records passed on unattributed
-	attribIdle  atomic.Bool   // the attribution goroutine sleeps with nothing pending
+	lastPanics uint64 // mirrorPanics' previous reading
 
 	lastAmbiguous, lastTooLong uint64 // mirrorJoinCounters' previous readings
 }
@@ -127,18 +118,19 @@ type worker struct {
 	last sniffer.Stats
 }
 
-// New builds an agent; nothing runs until Run.
-func New(cfg Config) (*Agent, error) {
+// New builds an agent; nothing runs until Run. On error it closes what it
+// opened.
+func New(cfg Config) (a *Agent, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
+	a = &Agent{cfg: cfg, log: cfg.Logger, reg: cfg.Registry}
 	if a.reg == nil {
 		a.reg = prometheus.NewRegistry()
 	}
-	a.policy = forecast.DefaultPolicy
+	policy := forecast.DefaultPolicy
 	if cfg.Forecast != nil {
-		a.policy = *cfg.Forecast
+		policy = *cfg.Forecast
 	}
 	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, buildRevision()))
 	n := cfg.Workers
@@ -152,14 +144,13 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.capt = capt
-	for range n {
-		w := &worker{}
-		sc := cfg.Sniffer
-		sc.Ports = nil // the kernel filter already narrowed
-		sc.OnRecord = a.handle
-		w.sn = sniffer.New(sc)
-		a.workers = append(a.workers, w)
-	}
+	defer func() {
+		if err != nil {
+			a.closeOpened()
+			a = nil
+		}
+	}()
+	pc := pipeline.Config{Logger: cfg.Logger, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
 	if cfg.TrackProcesses {
 		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms})
 		if err != nil {
@@ -167,16 +158,22 @@ func New(cfg Config) (*Agent, error) {
 		} else {
 			a.procs = pt
 			a.reg.MustRegister(pt.Collector())
-			a.attribQ = make(chan attribItem, 8192)
-			a.attribNudge = make(chan struct{}, 1)
-			a.attribDone = make(chan struct{})
+			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
+				a.attrib = proctrack.NewAttribution(pt, next)
+				return a.attrib
+			})
 		}
 	}
 	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
-		a.joiner = join.New(join.Options{Emit: a.deliver})
+		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
+			a.joiner = logjoin.New(logjoin.Options{Emit: next})
+			return a.joiner
+		}, func(next func(*record.Handshake)) pipeline.Stage {
+			return &joinCheck{next: next, metrics: a.metrics, log: a.log}
+		})
 	}
 	if cfg.JSONL != nil {
-		a.jsonl = exporter.NewJSONL(cfg.JSONL)
+		pc.Sinks = append(pc.Sinks, exporter.NewJSONL(cfg.JSONL))
 	}
 	if cfg.Kafka != nil {
 		kc := *cfg.Kafka
@@ -190,10 +187,38 @@ func New(cfg Config) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent: kafka: %w", err)
 		}
-		a.kafka = k
+		pc.Sinks = append(pc.Sinks, k)
+	}
+	pc.Sinks = append(pc.Sinks, cfg.Sinks...)
+	if cfg.OnRecord != nil {
+		pc.Sinks = append(pc.Sinks, record.SinkFunc(cfg.OnRecord))
+	}
+	a.pipe = pipeline.New(pc)
+	for range n {
+		w := &worker{}
+		sc := cfg.Sniffer
+		sc.Ports = nil // the kernel filter already narrowed
+		sc.OnRecord = a.pipe.Record
+		w.sn = sniffer.New(sc)
+		a.workers = append(a.workers, w)
 	}
 	a.reg.MustRegister(exporter.NewCaptureCollector(a.captureStats))
 	return a, nil
+}
+
+// Close releases what New opened, for an agent whose Run is never called
+// (Run releases it itself).
+func (a *Agent) Close() { a.closeOpened() }
+
+// closeOpened closes the capture rings and the process tracker's files
+// (New failed, or Run is done).
+func (a *Agent) closeOpened() {
+	if a.capt != nil {
+		a.capt.Close()
+	}
+	if a.procs != nil {
+		a.procs.Close()
+	}
 }
 
 // Registry is the agent's metrics registry.
@@ -219,191 +244,35 @@ func parseReasons() []string {
 	return append(r, "quic_decrypt_failed", "quic_frame_error", "quic_unknown_version", "quic_malformed", "quic_crypto_overflow", "quic_evicted", "panic")
 }
 
-// handle runs on a capture worker for each record its sniffer finishes.
-// With process tracking the record goes to the attribution goroutine (or,
-// when its queue is full, on unattributed: the capture never waits).
-//
-// The attribution goroutine is not woken for each record: in a quiet
-// period records wait for the next process scan anyway, and waking another
-// goroutine (another thread) per record cost more than parsing it. It is
-// nudged only for records that need a prompt exact lookup (swap windows),
-// when the queue is half full, and when it sleeps with nothing pending.
-func (a *Agent) handle(r *record.Handshake) {
-	a.count(r)
-	if a.attribQ == nil {
-		a.process(r)
-		return
-	}
-	it := attribItem{r, time.Now()}
-	select {
-	case a.attribQ <- it:
-		if !a.mayBeQuiet(it) || len(a.attribQ) >= cap(a.attribQ)/2 || a.attribIdle.CompareAndSwap(true, false) {
-			a.nudgeAttrib()
-		}
-	default:
-		a.attribSkip.Add(1)
-		a.procs.NoteSkipped()
-		a.process(r)
-	}
+// joinCheck follows the log join: it counts joins and lets the instrument
+// check itself (nginx's own $ssl_curve against the group on the wire), and
+// takes the serving worker from nginx's $pid for an attributed record.
+type joinCheck struct {
+	next    func(*record.Handshake)
+	metrics *exporter.Metrics
+	log     *slog.Logger
 }
 
-func (a *Agent) nudgeAttrib() {
-	select {
-	case a.attribNudge <- struct{}{}:
-	default:
+func (c *joinCheck) Flush() {}
+
+func (c *joinCheck) Process(r *record.Handshake) {
+	if g, l := r.Generation, r.Log; g != nil && g.WorkerPID == 0 && l != nil && l.Source == "nginx" && l.PID > 0 {
+		// nginx's $pid is the worker that handled the connection, and
+		// a connection never leaves the worker that accepted it.
+		g.WorkerPID = l.PID
 	}
-}
-
-// attribItem is a finished record waiting for attribution, and when it was
-// finished: its connection had been accepted by then.
-type attribItem struct {
-	r    *record.Handshake
-	done time.Time
-}
-
-// acceptMargin is how long before its SYN a connection may count as
-// accepted in a quiet-period check: clock granularity and the capture's
-// timestamps, not the network, so a small margin.
-const acceptMargin = 50 * time.Millisecond
-
-// maxAttribWait bounds how long a record waits for the process scan that
-// confirms a quiet period; past it the record is looked up exactly.
-const maxAttribWait = 3 * time.Second
-
-// attributeLoop attributes queued records to server generations.
-//
-// Outside nginx swaps and reloads one generation serves each port, and a
-// per-connection lookup (sock_diag and /proc/PID/fd, some 15 µs, often too
-// late for a short connection) would only repeat what the process table
-// already says. So a record waits for the next process scan (at most a
-// ScanInterval): when no serving process started, exited or changed role
-// between its SYN and that scan, and one generation alone holds the
-// listener, that generation is the answer (tracker.AttributeQuiet).
-// Otherwise — a swap in progress — the record's socket is looked up
-// exactly (tracker.Attribute).
-func (a *Agent) attributeLoop() {
-	defer close(a.attribDone)
-	var pending []attribItem // waiting for a scan, oldest first
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	in := a.attribQ
-	for {
-		// Take what is queued.
-	drain:
-		for in != nil {
-			select {
-			case it, ok := <-in:
-				if !ok {
-					in = nil
-					break drain
-				}
-				if a.mayBeQuiet(it) && len(pending) < cap(a.attribQ) {
-					pending = append(pending, it)
-				} else {
-					a.attribute(it, false)
-				}
-			default:
-				break drain
+	if r.Outcome == record.OutcomeOK {
+		if r.Log != nil {
+			c.metrics.LogJoin(exporter.JoinJoined)
+			if r.Log.SSLCurve != "" && r.Group != "" && logjoin.IANAGroupName(r.Log.SSLCurve) != r.Group {
+				c.metrics.LogJoin(exporter.JoinMismatch)
+				c.log.Warn("nginx $ssl_curve disagrees with the wire", "client", r.Client, "ssl_curve", r.Log.SSLCurve, "wire", r.Group)
 			}
-		}
-		scanAt, scanDone := a.procs.LastScan()
-		for len(pending) > 0 {
-			it := pending[0]
-			scanned := scanAt.After(it.done)
-			if in != nil && !scanned && time.Since(it.done) < maxAttribWait {
-				break // wait for the scan that follows it
-			}
-			a.attribute(it, scanned)
-			pending[0] = attribItem{}
-			pending = pending[1:]
-		}
-		if in == nil {
-			return // closed and drained: everything was attributed
-		}
-		// Wait for the next scan only when a record waits for it. With
-		// nothing pending, sleep until the next record nudges (attribIdle);
-		// a record queued just before the flag was raised is seen here.
-		var timeout <-chan time.Time
-		var scanned <-chan struct{}
-		if len(pending) > 0 {
-			timer.Reset(maxAttribWait - time.Since(pending[0].done))
-			timeout, scanned = timer.C, scanDone
 		} else {
-			a.attribIdle.Store(true)
-			if len(in) > 0 {
-				a.attribIdle.Store(false)
-				continue
-			}
-		}
-		select {
-		case <-a.attribNudge:
-		case <-scanned:
-		case <-timeout:
-		}
-		a.attribIdle.Store(false)
-		timer.Stop()
-	}
-}
-
-// mayBeQuiet says whether waiting for the next process scan can let the
-// record be attributed without a lookup: a TCP connection whose SYN was
-// seen after the current quiet period began, while no nginx swap is in
-// progress. Otherwise the record is looked up at once, while its socket
-// may still exist.
-func (a *Agent) mayBeQuiet(it attribItem) bool {
-	r := it.r
-	if r.FlowStart.IsZero() {
-		return false
-	}
-	since, swapping := a.procs.QuietSince()
-	return !swapping && r.FlowStart.Add(-acceptMargin).After(since)
-}
-
-// attribute finds the generation of one record's server process; scanned
-// says a process scan has completed since the record was finished.
-func (a *Agent) attribute(it attribItem, scanned bool) {
-	r := it.r
-	server, client := addrPort(r.Server), addrPort(r.Client)
-	g, ok := (*record.Generation)(nil), false
-	switch r.Transport {
-	case record.TransportTCP:
-		if scanned && !r.FlowStart.IsZero() {
-			g, ok = a.procs.AttributeQuiet(server, r.FlowStart.Add(-acceptMargin), it.done)
-		}
-		if !ok {
-			g, ok = a.procs.Attribute(client, server)
-		}
-	case record.TransportQUIC:
-		// Quiet periods only: there is no per-connection lookup for QUIC.
-		if !r.FlowStart.IsZero() {
-			g, ok = a.procs.AttributeQuietQUIC(server, r.FlowStart.Add(-acceptMargin), it.done)
+			c.metrics.LogJoin(exporter.JoinUnmatched)
 		}
 	}
-	if ok {
-		gc := *g
-		r.Generation = &gc
-		a.procs.ObserveHandshake(g, r.Group)
-	}
-	a.process(r)
-}
-
-// count puts a record in the metrics, on the capture worker that finished
-// it, while it is still in that CPU's cache: none of these metrics depends on
-// the generation, which attribution adds later.
-func (a *Agent) count(r *record.Handshake) {
-	_ = a.metrics.Write(r)
-	a.metrics.ObserveForecast(forecast.Predict(a.policy, r).Kind.String())
-}
-
-// process sends a counted (and, with process tracking, attributed) record
-// on: it may wait for its access-log line before it goes to the record
-// sinks.
-func (a *Agent) process(r *record.Handshake) {
-	if a.joiner != nil {
-		a.joiner.AddHandshake(r, time.Now())
-		return
-	}
-	a.deliver(r)
+	c.next(r)
 }
 
 // mirrorJoinCounters turns the growth of counters kept elsewhere into
@@ -419,48 +288,11 @@ func (a *Agent) mirrorJoinCounters() {
 }
 
 // JoinStats reports the access-log join (zero when no logs are tailed).
-func (a *Agent) JoinStats() join.Stats {
+func (a *Agent) JoinStats() logjoin.Stats {
 	if a.joiner == nil {
-		return join.Stats{}
+		return logjoin.Stats{}
 	}
 	return a.joiner.Stats()
-}
-
-// deliver hands a finished record to the record sinks.
-func (a *Agent) deliver(r *record.Handshake) {
-	a.recordsOut.Add(1)
-	if g, l := r.Generation, r.Log; g != nil && g.WorkerPID == 0 && l != nil && l.Source == "nginx" && l.PID > 0 {
-		// nginx's $pid is the worker that handled the connection, and
-		// a connection never leaves the worker that accepted it.
-		g.WorkerPID = l.PID
-	}
-	if a.joiner != nil && r.Outcome == record.OutcomeOK {
-		if r.Log != nil {
-			a.metrics.LogJoin(exporter.JoinJoined)
-			// The instrument checks itself: nginx's own $ssl_curve
-			// against the group seen on the wire.
-			if r.Log.SSLCurve != "" && r.Group != "" && join.IANAGroupName(r.Log.SSLCurve) != r.Group {
-				a.metrics.LogJoin(exporter.JoinMismatch)
-				a.log.Warn("nginx $ssl_curve disagrees with the wire", "client", r.Client, "ssl_curve", r.Log.SSLCurve, "wire", r.Group)
-			}
-		} else {
-			a.metrics.LogJoin(exporter.JoinUnmatched)
-		}
-	}
-	if a.jsonl != nil {
-		if err := a.jsonl.Write(r); err != nil && a.jsonlFailed.CompareAndSwap(false, true) {
-			// The writer keeps its first error: no record is written
-			// after it. Say so once (it was counted as a "panic" parse
-			// error per record before, which it is not).
-			a.log.Error("JSONL output failed: no more records are written to it", "err", err)
-		}
-	}
-	if a.kafka != nil {
-		_ = a.kafka.Write(r) // failures are counted by the sink
-	}
-	if a.cfg.OnRecord != nil {
-		a.cfg.OnRecord(r)
-	}
 }
 
 // Run captures until ctx ends, then drains. It returns the capture's error,
@@ -472,10 +304,11 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	srv, err := a.startHTTP()
 	if err != nil {
+		a.closeOpened()
 		return err
 	}
-	if a.procs != nil {
-		go a.attributeLoop()
+	if a.attrib != nil {
+		go a.attrib.Run()
 	}
 	tailCtx, stopTails := context.WithCancel(context.Background())
 	var tails sync.WaitGroup
@@ -538,32 +371,17 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.countErrors(w, w.sn.Stats())
 		w.mu.Unlock()
 	}
-	if a.attribQ != nil {
-		close(a.attribQ)
-		a.nudgeAttrib()
-		<-a.attribDone
+	// The stages flush in order (attribution, log join), then the sinks
+	// flush and close (Kafka within its deadline).
+	kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := a.pipe.Close(kctx); err != nil {
+		a.log.Error("closing the record sinks", "err", err)
 	}
-	if a.joiner != nil {
-		a.joiner.Flush()
-	}
-	if a.jsonl != nil {
-		if err := a.jsonl.Flush(); err != nil {
-			a.log.Error("jsonl flush", "err", err)
-		}
-	}
-	if a.kafka != nil {
-		kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := a.kafka.Close(kctx); err != nil {
-			a.log.Error("kafka close", "err", err)
-		}
-		cancel()
-	}
+	cancel()
 	stopBG()
 	wg.Wait()
 	a.mirrorPanics() // the ticker has stopped
-	if a.procs != nil {
-		a.procs.Close()
-	}
+	a.closeOpened()
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = srv.Shutdown(sctx)
@@ -659,4 +477,31 @@ func (a *Agent) startHTTP() (*http.Server, error) {
 	}()
 	a.log.Info("serving metrics", "addr", ln.Addr().String())
 	return srv, nil
+}
+
+// SnifferStats sums the workers' sniffer counters.
+func (a *Agent) SnifferStats() sniffer.Stats {
+	sum := sniffer.Stats{Errors: map[string]uint64{}, QUIC: map[string]uint64{}}
+	for _, w := range a.workers {
+		w.mu.Lock()
+		st := w.sn.Stats()
+		w.mu.Unlock()
+		sum.Packets += st.Packets
+		sum.Bytes += st.Bytes
+		sum.TCPPackets += st.TCPPackets
+		sum.UDPPackets += st.UDPPackets
+		sum.Filtered += st.Filtered
+		sum.Flows += st.Flows
+		sum.FlowsActive += st.FlowsActive
+		sum.FlowsEvicted += st.FlowsEvicted
+		sum.FlowsExpired += st.FlowsExpired
+		sum.Records += st.Records
+		for k, v := range st.Errors {
+			sum.Errors[k] += v
+		}
+		for k, v := range st.QUIC {
+			sum.QUIC[k] += v
+		}
+	}
+	return sum
 }

@@ -65,7 +65,7 @@ func BenchmarkHandshakePath(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(round*len(res)), "ns/handshake")
 	b.ReportMetric(float64(len(pkts))/float64(len(res)), "packets/handshake")
-	if got := a.recordsOut.Load(); got < uint64(round*len(res))*9/10 {
+	if got := a.pipe.Delivered(); got < uint64(round*len(res))*9/10 {
 		b.Fatalf("%d records out of %d handshakes", got, round*len(res))
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/deploy"
 	"github.com/pqwatch/pqwatch/internal/testenv"
-	"github.com/pqwatch/pqwatch/join"
+	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
@@ -246,7 +246,7 @@ func TestLiveAgentNamespaces(t *testing.T) {
 			continue
 		}
 		joined++
-		if g := join.IANAGroupName(r.Log.SSLCurve); g != r.Group {
+		if g := logjoin.IANAGroupName(r.Log.SSLCurve); g != r.Group {
 			t.Errorf("%s: nginx logged $ssl_curve %q, the wire says %s", r.Client, r.Log.SSLCurve, r.Group)
 		}
 		if r.Log.Status != 200 || r.Log.PID == 0 {

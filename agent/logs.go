@@ -2,19 +2,13 @@ package agent
 
 import (
 	"context"
-	"net/netip"
 	"sync"
 	"time"
 
 	"github.com/pqwatch/pqwatch/exporter"
-	"github.com/pqwatch/pqwatch/join"
+	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/logparse"
 )
-
-func addrPort(s string) netip.AddrPort {
-	ap, _ := netip.ParseAddrPort(s)
-	return ap
-}
 
 func (a *Agent) tailOpts(path string) logparse.TailOptions {
 	o := logparse.TailOptions{Counters: &a.lines, Logger: a.log}
@@ -38,31 +32,18 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}()
 	}
-	for _, nl := range a.cfg.NginxLogs {
-		f := nl.Format
-		if f == nil {
-			f = logparse.Combined
-		}
-		var l logparse.NginxLine
-		run(nl.Path, func(line []byte, _ time.Time) {
-			if err := f.Parse(line, &l); err != nil {
-				a.accessLine(join.SourceNginx, join.Line{}, false, true)
-				return
-			}
-			jl, ok := join.FromNginx(&l)
-			a.accessLine(join.SourceNginx, jl, ok, false)
+	access := func(path string, lr *logjoin.LineReader) {
+		src := lr.Source()
+		run(path, func(line []byte, _ time.Time) {
+			l, res := lr.Read(line)
+			a.accessLine(src, l, res)
 		})
 	}
+	for _, nl := range a.cfg.NginxLogs {
+		access(nl.Path, logjoin.NewNginxReader(nl.Format))
+	}
 	for _, p := range a.cfg.CaddyLogs {
-		var c logparse.CaddyLine
-		run(p, func(line []byte, _ time.Time) {
-			if err := logparse.ParseCaddyLine(line, &c); err != nil {
-				a.accessLine(join.SourceCaddy, join.Line{}, false, true)
-				return
-			}
-			jl, ok := join.FromCaddy(&c)
-			a.accessLine(join.SourceCaddy, jl, ok, false)
-		})
+		access(p, logjoin.NewCaddyReader())
 	}
 	for _, p := range a.cfg.NginxErrorLogs {
 		var e logparse.ErrorLine
@@ -80,20 +61,19 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// accessLine counts one access-log line of source (join.SourceNginx or
-// join.SourceCaddy, the same names as the metric's source label) and hands
-// it to the joiner: unparsable lines are counted malformed there too; a
-// line that parsed but cannot be joined (ok false) is malformed for the
-// metric only.
-func (a *Agent) accessLine(source string, jl join.Line, ok, unparsable bool) {
-	switch {
-	case unparsable:
+// accessLine counts one access-log line of source (logjoin.SourceNginx or
+// logjoin.SourceCaddy, the same names as the metric's source label) and
+// hands it to the joiner: unparsable lines are counted malformed there too;
+// a line that parsed but cannot be joined is malformed for the metric only.
+func (a *Agent) accessLine(source string, l logjoin.Line, res logjoin.LineResult) {
+	switch res {
+	case logjoin.LineMalformed:
 		a.metrics.LogLine(source, exporter.LogLineMalformed)
 		a.joiner.CountMalformed(source)
-	case !ok:
+	case logjoin.LineUnusable:
 		a.metrics.LogLine(source, exporter.LogLineMalformed)
 	default:
 		a.metrics.LogLine(source, exporter.LogLineOK)
-		a.joiner.AddLine(jl, time.Now())
+		a.joiner.AddLine(l, time.Now())
 	}
 }

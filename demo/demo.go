@@ -25,6 +25,7 @@ import (
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/pcapgen"
+	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -65,18 +66,9 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 	go serve(ln, cert)
 	port := uint16(ln.Addr().(*net.TCPAddr).Port)
 
-	var mu sync.Mutex
-	sum := report.New()
-	fc := forecast.NewReport(forecast.DefaultPolicy)
-	sum.Forecast = fc
-	onRecord := func(r *record.Handshake) {
-		mu.Lock()
-		sum.Add(r)
-		fc.Add(r)
-		mu.Unlock()
-	}
+	sum := report.New(forecast.DefaultPolicy)
 	if !o.ForceOffline {
-		err := runLive(ctx, o, port, onRecord, &mu, sum, out, errw)
+		err := runLive(ctx, o, port, sum, out, errw)
 		if err == nil {
 			return nil
 		}
@@ -87,7 +79,7 @@ func Run(ctx context.Context, o Options, out, errw io.Writer) error {
 		fmt.Fprintf(errw, "pqwatch demo: cannot capture live on loopback (%v).\n", nc.err)
 		fmt.Fprintf(errw, "pqwatch demo: run as root (or with CAP_NET_RAW) for the live pipeline; generating a capture of the same real handshakes instead.\n\n")
 	}
-	return runOffline(ctx, o, out, onRecord, sum)
+	return runOffline(ctx, o, out, errw, sum)
 }
 
 // noCaptureError says live capture could not start, and why.
@@ -117,7 +109,7 @@ func client(ctx context.Context, addr string, c pcapgen.Client) error {
 	return err
 }
 
-func runLive(ctx context.Context, o Options, port uint16, onRecord func(*record.Handshake), mu *sync.Mutex, sum *report.Summary, out, errw io.Writer) error {
+func runLive(ctx context.Context, o Options, port uint16, sum *report.Summary, out, errw io.Writer) error {
 	ml, err := net.Listen("tcp", o.MetricsAddr)
 	if err != nil {
 		ml, err = net.Listen("tcp", "127.0.0.1:0")
@@ -127,7 +119,7 @@ func runLive(ctx context.Context, o Options, port uint16, onRecord func(*record.
 	}
 	a, err := agent.New(agent.Config{
 		Ifaces: []string{"lo"}, Ports: []uint16{port}, Workers: 1, Listener: ml,
-		TrackProcesses: true, OnRecord: onRecord, Logger: o.Logger,
+		TrackProcesses: true, Sinks: []record.Sink{sum}, Logger: o.Logger,
 		Sniffer: sniffer.Config{FlowTimeout: 10 * time.Second},
 	})
 	if err != nil {
@@ -161,9 +153,7 @@ loop:
 			wg.Add(1)
 			go func() { defer wg.Done(); _ = client(ctx, addr, c) }()
 		case <-status.C:
-			mu.Lock()
-			line := liveLine(sum, sent)
-			mu.Unlock()
+			line := liveLine(sum.Snapshot(), sent)
 			if tty {
 				fmt.Fprintf(errw, "\r\033[K%s", line)
 			} else {
@@ -182,8 +172,9 @@ loop:
 	if err := <-done; err != nil {
 		return err
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	st := a.SnifferStats()
+	sum.Packets = st.Packets
+	pipeline.AddSnifferErrors(sum.Errors, st)
 	sum.Finish()
 	if pt := a.Processes(); pt != nil {
 		for _, g := range pt.Generations() {
@@ -195,7 +186,7 @@ loop:
 	return sum.WriteText(out)
 }
 
-func liveLine(s *report.Summary, sent int) string {
+func liveLine(s report.Counts, sent int) string {
 	pq := 0.0
 	if s.Completed > 0 {
 		pq = 100 * float64(s.PQ) / float64(s.Completed)
@@ -227,7 +218,7 @@ func isTTY(w io.Writer) bool {
 }
 
 // runOffline writes a capture of the demo's handshakes and analyses it.
-func runOffline(ctx context.Context, o Options, out io.Writer, onRecord func(*record.Handshake), sum *report.Summary) error {
+func runOffline(ctx context.Context, o Options, out, errw io.Writer, sum *report.Summary) error {
 	dir, err := os.MkdirTemp("", "pqwatch-demo-")
 	if err != nil {
 		return err
@@ -250,14 +241,14 @@ func runOffline(ctx context.Context, o Options, out io.Writer, onRecord func(*re
 	if err := f.Close(); err != nil {
 		return err
 	}
-	s := sniffer.New(sniffer.Config{OnRecord: onRecord})
-	st, err := sniffer.ReadFile(path, s, nil)
+	off := pipeline.Offline{Files: []string{path}, Summary: sum, Stderr: errw}
+	res, err := off.Run(ctx)
 	if err != nil {
 		return err
 	}
-	s.Flush()
-	sum.Packets = st.Packets
-	sum.Finish()
+	if res.FileFailed {
+		return fmt.Errorf("demo: the generated capture %s could not be read", path)
+	}
 	fmt.Fprintf(out, "(offline: %d connections of real crypto/tls handshakes written to a capture and analysed)\n\n", n)
 	return sum.WriteText(out)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 )
 
 // SchemaVersion is the value of the schema_version header on every message.
@@ -139,7 +140,7 @@ type Kafka struct {
 	q      *queue
 	log    *slog.Logger
 	m      *Metrics
-	rollup *Rollup
+	rollup *report.Rollup
 
 	closed  atomic.Bool
 	closing chan struct{}
@@ -271,7 +272,7 @@ func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	if cfg.RollupTopic != "" {
 		now := time.Now()
-		k.rollup = NewRollup(now.Truncate(cfg.RollupInterval), cfg.RollupMaxServers)
+		k.rollup = report.NewRollup(now.Truncate(cfg.RollupInterval), cfg.RollupMaxServers)
 		k.wg.Add(1)
 		go k.rollupLoop()
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 )
 
 const testTopic = "pqwatch.handshakes"
@@ -546,7 +547,7 @@ func TestKafkaRollupTopic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var row RollupRow
+	var row report.RollupRow
 	if err := json.Unmarshal(msg.Value, &row); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
@@ -482,9 +483,6 @@ func groupIdx(s string) int {
 	return groupOther
 }
 
-// groupLabel maps a group name to its bounded label value.
-func groupLabel(s string) string { return groupValues[groupIdx(s)] }
-
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -511,3 +509,9 @@ func buildInfo() (version, revision string) {
 
 // Interface check.
 var _ record.Sink = (*Metrics)(nil)
+
+// ForecastSink returns a sink that predicts what each record would become
+// under policy p and counts it in m's pqwatch_forecast_handshakes_total.
+func ForecastSink(m *Metrics, p forecast.Policy) record.Sink {
+	return record.SinkFunc(func(h *record.Handshake) { m.ObserveForecast(forecast.Predict(p, h).Kind.String()) })
+}

@@ -446,12 +446,14 @@ func classify(p *Policy, r *record.Handshake, g uint16, hrr bool) Outcome {
 		o.Kind, o.Reason = PQ, ReasonPQShare
 	default:
 		o.Kind = Classical
-		o.Reason = classicalReason(p, r)
+		o.Reason = ClassicalReason(p, r)
 	}
 	return o
 }
 
-func classicalReason(p *Policy, r *record.Handshake) string {
+// ClassicalReason says why a handshake stays classical under p (one of the
+// Reason constants).
+func ClassicalReason(p *Policy, r *record.Handshake) string {
 	offersPQ, mutualPQ := false, false
 	for _, g := range r.OfferedIDs {
 		if isPQ(g) {

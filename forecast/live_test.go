@@ -15,6 +15,7 @@ import (
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
@@ -148,7 +149,7 @@ func TestForecastMatchesRealMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := forecast.NewReport(forecast.GoPolicy)
+	rep := report.NewForecast(forecast.GoPolicy)
 	var predictedGrowth, measuredGrowth, n, tls12, tls12Delta int
 	for i, b := range before {
 		a := after[i]

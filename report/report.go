@@ -10,7 +10,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -81,17 +83,11 @@ type Summary struct {
 	ByUserAgent map[string]*ShareRow `json:"pq_share_by_user_agent_family,omitempty"`
 	// ServerErrors are severe nginx error-log lines ([emerg], [alert], [crit]).
 	ServerErrors []string `json:"server_errors,omitempty"`
-	// Forecast is the migration forecast section (package forecast).
-	Forecast Section `json:"forecast,omitempty"`
-	// Extra sections filled by other parts, rendered in text only.
-	Extra map[string]any `json:"-"`
+	// Forecast is the migration forecast section.
+	Forecast *Forecast `json:"forecast,omitempty"`
 
+	mu        sync.Mutex // Write may be called from several goroutines
 	classical map[[4]string]int
-}
-
-// Section is a report part that renders itself as text too.
-type Section interface {
-	Text() string
 }
 
 // JoinStats summarises the access-log join.
@@ -119,9 +115,10 @@ type FileInfo struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// New returns an empty Summary.
-func New() *Summary {
+// New returns an empty Summary whose forecast section predicts under policy.
+func New(policy forecast.Policy) *Summary {
 	return &Summary{
+		Forecast:     NewForecast(policy),
 		Transports:   map[string]int{},
 		Versions:     map[string]int{},
 		Groups:       map[string]int{},
@@ -135,8 +132,16 @@ func New() *Summary {
 	}
 }
 
-// Add counts one record.
-func (s *Summary) Add(r *record.Handshake) {
+// Write counts one record (record.Sink); safe for concurrent use.
+func (s *Summary) Write(r *record.Handshake) error {
+	s.mu.Lock()
+	s.add(r)
+	s.Forecast.Add(r)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Summary) add(r *record.Handshake) {
 	s.Handshakes++
 	s.Transports[r.Transport]++
 	s.Outcomes[r.Outcome]++
@@ -207,9 +212,9 @@ func (s *Summary) Add(r *record.Handshake) {
 // Finish computes the derived fields (shares, medians, sorted lists), the
 // forecast section's too.
 func (s *Summary) Finish() {
-	if f, ok := s.Forecast.(interface{ Finish() }); ok {
-		f.Finish()
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.Forecast.Finish()
 	if s.Completed > 0 {
 		s.PQShare = float64(s.PQ) / float64(s.Completed)
 	}
@@ -233,10 +238,6 @@ func (s *Summary) Finish() {
 		return cmp.Compare(a.JA4+a.SNI+a.Server, b.JA4+b.SNI+b.Server)
 	})
 }
-
-// UAFamily classifies a user agent; set by the join package's classifier
-// (report imports nothing of it).
-var UAFamily = func(ua string) string { return "other" }
 
 // maxClassicalRows bounds the distinct clients kept for the "offered PQ but
 // negotiated classical" table; the rest are counted as "(other)".
@@ -295,8 +296,8 @@ func (s *Summary) WriteJSON(w io.Writer) error {
 	return enc.Encode(s)
 }
 
-// Write renders the summary in format "json" or, otherwise, as text.
-func (s *Summary) Write(w io.Writer, format string) error {
+// Render writes the summary in format "json" or, otherwise, as text.
+func (s *Summary) Render(w io.Writer, format string) error {
 	if format == "json" {
 		return s.WriteJSON(w)
 	}
@@ -374,12 +375,6 @@ func (s *Summary) WriteText(w io.Writer) error {
 		b.WriteString("\n")
 		b.WriteString(s.Forecast.Text())
 	}
-	for _, name := range sortedKeys(s.Extra) {
-		if t, ok := s.Extra[name].(interface{ Text() string }); ok {
-			b.WriteString("\n")
-			b.WriteString(t.Text())
-		}
-	}
 	if len(s.Errors) > 0 {
 		b.WriteString("\ninput problems (counted, skipped)\n")
 		for _, k := range sortedKeys(s.Errors) {
@@ -427,4 +422,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// Counts are a summary's headline counts at one moment.
+type Counts struct {
+	Handshakes, Completed, PQ, HRR int
+	Groups                         map[string]int // completed handshakes by group
+}
+
+// Snapshot copies the headline counts while records may still arrive.
+func (s *Summary) Snapshot() Counts {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := Counts{Handshakes: s.Handshakes, Completed: s.Completed, PQ: s.PQ, HRR: s.HRR, Groups: make(map[string]int, len(s.Groups))}
+	for g, n := range s.Groups {
+		c.Groups[g] = n
+	}
+	return c
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -40,9 +41,9 @@ func TestMedianFromCounts(t *testing.T) {
 // TestSummaryBounded: a summary fed a million handshakes from as many
 // clients keeps a bounded number of entries.
 func TestSummaryBounded(t *testing.T) {
-	s := New()
+	s := New(forecast.DefaultPolicy)
 	for i := range 1_000_000 {
-		s.Add(&record.Handshake{
+		s.Write(&record.Handshake{
 			Transport: record.TransportTCP, Outcome: record.OutcomeOK, Version: "TLS1.3",
 			Group: "x25519", PQOffered: true, ClientHelloBytes: 1800 + i%7, ServerHelloBytes: 120,
 			JA4: "t13d1516h2_8daaf6152771_02713d6af862", SNI: "h" + strconv.Itoa(i) + ".test",

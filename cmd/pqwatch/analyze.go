@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
-	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
@@ -111,147 +110,62 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitFailure
 	}
-	a, err := newAnalysis(&cf, out)
+	off, err := cf.offline(fs.Args(), stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitUsage
 	}
-	sn := sniffer.New(sniffer.Config{MaxFlows: cf.maxFlows, Ports: ports, OnRecord: a.record})
+	off.Sniffer.Ports = ports
+	bw := bufio.NewWriterSize(out, 64<<10)
+	if cf.format == "jsonl" {
+		off.Sinks = append(off.Sinks, exporter.NewJSONL(bw))
+	}
 	progress := newProgress(stderr)
-	failed := false
-	for _, path := range fs.Args() {
-		if ctx.Err() != nil {
-			break
-		}
-		st, err := sniffer.ReadFile(path, sn, progress.fn(path))
-		progress.done()
-		fi := report.FileInfo{Path: path, Format: st.Format, Packets: st.Packets}
-		switch {
-		case err != nil:
-			fmt.Fprintln(stderr, "pqwatch analyze:", err)
-			fi.Error = err.Error()
-			failed = true
-			a.sum.Errors["unreadable_file"]++
-		case st.Err != nil:
-			fmt.Fprintln(stderr, "pqwatch analyze: warning:", st.Err)
-			fi.Error = st.Err.Error()
-			a.sum.Errors[fileErrReason(st.Err)]++
-		}
-		a.sum.Files = append(a.sum.Files, fi)
+	off.Progress, off.Done = progress.fn, progress.done
+	res, err := off.Run(ctx)
+	if err == nil && cf.format != "jsonl" {
+		err = off.Summary.Render(bw, cf.format)
 	}
-	sn.Flush()
-	stats := sn.Stats()
-	if err := a.finish(stats); err != nil {
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = closeOut()
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitFailure
 	}
-	if err := closeOut(); err != nil {
-		fmt.Fprintln(stderr, "pqwatch analyze:", err)
-		return exitFailure
-	}
-	if failed && a.sum.Handshakes == 0 && stats.Packets == 0 {
+	if res.FileFailed && off.Summary.Handshakes == 0 && res.Stats.Packets == 0 {
 		return exitFailure
 	}
 	return exitOK
 }
 
-func fileErrReason(err error) string {
-	switch {
-	case errors.Is(err, sniffer.ErrTruncated):
-		return "truncated_file"
-	case errors.Is(err, sniffer.ErrCorruptEntry):
-		return "corrupt_file"
-	}
-	return "file_error"
-}
-
-// analysis collects records and renders the chosen format.
-type analysis struct {
-	format string
-	out    *bufio.Writer
-	jsonl  *exporter.JSONL
-	sum    *report.Summary
-	recs   []*record.Handshake
-	join   *logJoin
-	fc     *forecast.Report
-}
-
-func newAnalysis(cf *commonFlags, out io.Writer) (*analysis, error) {
-	a := &analysis{format: cf.format, out: bufio.NewWriterSize(out, 64<<10), sum: report.New()}
-	j, err := newLogJoin(cf)
+// offline turns the common flags into an offline pipeline over files.
+func (c *commonFlags) offline(files []string, stderr io.Writer) (*pipeline.Offline, error) {
+	policy, err := c.policy()
 	if err != nil {
 		return nil, err
 	}
-	a.join = j
-	policy := forecast.DefaultPolicy
-	if cf.forecast != "" {
-		if policy, err = forecast.ParsePolicy(cf.forecast); err != nil {
-			return nil, fmt.Errorf("-forecast-groups: %w", err)
-		}
-	}
-	a.fc = forecast.NewReport(policy)
-	if a.format == "jsonl" {
-		a.jsonl = exporter.NewJSONL(a.out)
-	}
-	return a, nil
-}
-
-func (a *analysis) record(r *record.Handshake) {
-	if a.join != nil {
-		// Records wait for the join, which needs every log line.
-		a.recs = append(a.recs, r)
-		return
-	}
-	a.emit(r)
-}
-
-func (a *analysis) emit(r *record.Handshake) {
-	a.sum.Add(r)
-	a.fc.Add(r)
-	if a.jsonl != nil {
-		_ = a.jsonl.Write(r)
-	}
-}
-
-func (a *analysis) finish(st sniffer.Stats) error {
-	if a.join != nil {
-		a.join.run(a.recs, a.sum)
-		for _, r := range a.recs {
-			a.emit(r)
-		}
-	}
-	a.sum.Packets = st.Packets
-	for k, v := range st.Errors {
-		a.sum.Errors[k] += v
-	}
-	for k, v := range st.QUIC {
-		if isQUICDrop(k) && v > 0 {
-			a.sum.Errors["quic_"+k] += v
-		}
-	}
-	if st.FlowsEvicted > 0 {
-		a.sum.Errors["flows_evicted"] += st.FlowsEvicted
-	}
-	a.sum.Forecast = a.fc
-	a.sum.Finish()
-	var err error
-	if a.format == "jsonl" {
-		err = a.jsonl.Flush()
-	} else {
-		err = a.sum.Write(a.out, a.format)
-	}
+	logs, err := c.logFiles()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.out.Flush()
+	return &pipeline.Offline{
+		Files: files, Sniffer: sniffer.Config{MaxFlows: c.maxFlows}, Logs: logs,
+		Summary: report.New(policy), Stderr: stderr,
+	}, nil
 }
 
-// isQUICDrop tells which QUIC tracker counters are drops or errors (not
-// totals such as "conns").
-func isQUICDrop(k string) bool {
-	switch k {
-	case "decrypt_failed", "frame_error", "unexpected_frame", "malformed", "crypto_overflow", "bad_handshake", "evicted":
-		return true
+// policy is the -forecast-groups policy (default: forecast.DefaultPolicy).
+func (c *commonFlags) policy() (forecast.Policy, error) {
+	if c.forecast == "" {
+		return forecast.DefaultPolicy, nil
 	}
-	return false // totals and normal events: datagrams, conns, retry, skipped packets...
+	p, err := forecast.ParsePolicy(c.forecast)
+	if err != nil {
+		return p, fmt.Errorf("-forecast-groups: %w", err)
+	}
+	return p, nil
 }

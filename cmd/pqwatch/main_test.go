@@ -22,10 +22,10 @@ func run(t *testing.T, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-// summaryJSON reads the -format json object (the forecast section is an
-// interface in report.Summary).
+// summaryJSON reads the -format json object, the forecast section as a
+// generic object.
 type summaryJSON struct {
-	report.Summary
+	*report.Summary
 	Forecast map[string]any `json:"forecast"`
 }
 

@@ -8,14 +8,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
-	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
@@ -102,9 +101,9 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 		cfg.NginxLogs = append(cfg.NginxLogs, agent.NginxLog{Path: p, Format: formatFor(p)})
 	}
 	if rf.commonFlags.forecast != "" {
-		p, err := forecast.ParsePolicy(rf.commonFlags.forecast)
+		p, err := rf.policy()
 		if err != nil {
-			return cfg, nil, fmt.Errorf("-forecast-groups: %w", err)
+			return cfg, nil, err
 		}
 		cfg.Forecast = &p
 	}
@@ -153,21 +152,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// -format text or json: a summary of everything seen, written at
 	// shutdown (jsonl streams records as they come).
 	var sum *report.Summary
-	var fc *forecast.Report
-	var mu sync.Mutex
 	if rf.format != "jsonl" {
-		sum = report.New()
 		policy := forecast.DefaultPolicy
 		if cfg.Forecast != nil {
 			policy = *cfg.Forecast
 		}
-		fc = forecast.NewReport(policy)
-		cfg.OnRecord = func(r *record.Handshake) {
-			mu.Lock()
-			sum.Add(r)
-			fc.Add(r)
-			mu.Unlock()
-		}
+		sum = report.New(policy)
+		cfg.Sinks = append(cfg.Sinks, sum)
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -181,9 +172,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if oerr != nil {
 			err = oerr
 		} else {
-			sum.Forecast = fc
+			st := a.SnifferStats()
+			sum.Packets = st.Packets
+			pipeline.AddSnifferErrors(sum.Errors, st)
 			sum.Finish()
-			err = sum.Write(out, rf.format)
+			err = sum.Render(out, rf.format)
 			if cerr := c(); err == nil {
 				err = cerr
 			}

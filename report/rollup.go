@@ -1,4 +1,4 @@
-package exporter
+package report
 
 import (
 	"sort"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 // Byte histograms of the rollups: exact to rollupBucketWidth bytes up to
@@ -15,6 +16,28 @@ const (
 	rollupMaxBytes    = 8192
 	rollupBuckets     = rollupMaxBytes / rollupBucketWidth
 )
+
+// commonGroupNames are the group names a rollup row keeps as they are
+// (tlsparse.CommonGroups, the metrics' label set).
+var commonGroupNames = func() map[string]bool {
+	m := make(map[string]bool, len(tlsparse.CommonGroups))
+	for _, g := range tlsparse.CommonGroups {
+		m[g.String()] = true
+	}
+	return m
+}()
+
+// groupLabel bounds a group name: "none" when absent, "other" when not one
+// of the common groups.
+func groupLabel(name string) string {
+	switch {
+	case name == "":
+		return "none"
+	case commonGroupNames[name]:
+		return name
+	}
+	return "other"
+}
 
 // RollupOtherServer is the server value that collects every server beyond
 // the rollup's cap.

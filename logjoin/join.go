@@ -1,4 +1,4 @@
-// Package join attaches access-log lines (nginx, Caddy) to captured handshake
+// Package logjoin attaches access-log lines (nginx, Caddy) to captured handshake
 // records.
 //
 // A line joins a handshake by client address and port when the log has the
@@ -13,7 +13,7 @@
 // keyed by address and port with FIFO expiry; see Options.MaxPending for the
 // cap and the eviction rule). The streaming API (New, AddHandshake, AddLine,
 // Tick, Flush) serves the live agent; Batch serves offline analysis.
-package join
+package logjoin
 
 import (
 	"net/netip"
@@ -269,6 +269,10 @@ func (j *Joiner) emit(h *record.Handshake) {
 		j.opts.Emit(h)
 	}
 }
+
+// Process adds a handshake now (the pipeline stage's entry: records go on
+// through Options.Emit once joined or given up on).
+func (j *Joiner) Process(h *record.Handshake) { j.AddHandshake(h, time.Now()) }
 
 // AddHandshake adds a record; now is the caller's clock (time.Now() live,
 // the record's TS in batch). Handshakes whose outcome is not "ok" are

@@ -1,4 +1,4 @@
-package forecast
+package report
 
 import (
 	"cmp"
@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pqwatch/pqwatch/join"
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
@@ -26,9 +26,9 @@ type TailRow struct {
 	Reason string `json:"reason"` // the most frequent reason in the row
 }
 
-// Report aggregates predictions: the `forecast` object of the analyze JSON
-// summary and the forecast section of the text report.
-type Report struct {
+// Forecast aggregates the predictions of package forecast: the `forecast`
+// object of the JSON summary and the forecast section of the text report.
+type Forecast struct {
 	Policy     string `json:"policy"`
 	Handshakes int    `json:"handshakes"` // records seen
 	Predicted  int    `json:"predicted"`  // records with a ClientHello to predict from
@@ -72,7 +72,7 @@ type Report struct {
 	ClassicalByUA  []TailRow `json:"classical_by_ua_family,omitempty"`
 	TailEvicted    int       `json:"classical_ja4_overflow,omitempty"`
 
-	policy   Policy
+	policy   forecast.Policy
 	pqGrowth int64
 	nPQBytes int
 	hrrBytes int64
@@ -90,9 +90,9 @@ func (t *tailAcc) add(reason string) {
 	t.reasons[reason]++
 }
 
-// NewReport returns an empty report for policy p.
-func NewReport(p Policy) *Report {
-	return &Report{
+// NewForecast returns an empty forecast for policy p.
+func NewForecast(p forecast.Policy) *Forecast {
+	return &Forecast{
 		Policy:           p.String(),
 		policy:           p,
 		ClassicalReasons: map[string]int{},
@@ -103,8 +103,8 @@ func NewReport(p Policy) *Report {
 }
 
 // Add predicts and counts one record.
-func (rep *Report) Add(r *record.Handshake) Outcome {
-	o := Predict(rep.policy, r)
+func (rep *Forecast) Add(r *record.Handshake) forecast.Outcome {
+	o := forecast.Predict(rep.policy, r)
 	rep.Handshakes++
 	if r.Outcome == record.OutcomeOK {
 		if r.PQ {
@@ -114,39 +114,39 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 			rep.ObservedHRR++
 		}
 	}
-	if o.Kind == Unknown {
+	if o.Kind == forecast.Unknown {
 		rep.Unknown++
 		return o
 	}
 	rep.Predicted++
 	if o.Group != 0 {
 		rep.Groups[tlsparse.Group(o.Group).String()]++
-	} else if o.Kind == Classical {
+	} else if o.Kind == forecast.Classical {
 		rep.Groups["none"]++
 	}
 	switch o.Kind {
-	case PQ:
+	case forecast.PQ:
 		rep.PQ++
-	case HRR:
+	case forecast.HRR:
 		rep.HRR++
-		if isPQ(o.Group) {
+		if tlsparse.Group(o.Group).IsPQ() {
 			rep.HRRPQ++
 		}
 		if o.HRRBytes > 0 {
 			rep.NewHRR++
 			rep.hrrBytes += int64(o.HRRBytes)
 		}
-	case Classical:
+	case forecast.Classical:
 		rep.Classical++
-	case Fail:
+	case forecast.Fail:
 		rep.Fail++
 	}
-	if o.Kind == Classical || o.Kind == HRR && !isPQ(o.Group) {
+	if o.Kind == forecast.Classical || o.Kind == forecast.HRR && !tlsparse.Group(o.Group).IsPQ() {
 		// Why it stays classical; for an HRR to a classical group the
 		// Outcome's reason says why the HRR, so ask again.
 		reason := o.Reason
-		if o.Kind == HRR {
-			reason = classicalReason(&rep.policy, r)
+		if o.Kind == forecast.HRR {
+			reason = forecast.ClassicalReason(&rep.policy, r)
 		}
 		rep.ClassicalReasons[reason]++
 		key := r.JA4
@@ -167,7 +167,7 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 		}
 		acc.add(reason)
 		if r.Log != nil {
-			fam := join.UAFamily(r.Log.UserAgent)
+			fam := UAFamily(r.Log.UserAgent)
 			acc := rep.ua[fam]
 			if acc == nil {
 				acc = &tailAcc{reasons: map[string]int{}}
@@ -179,7 +179,7 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 	if o.Modeled {
 		rep.Modeled++
 		rep.TotalServerHelloGrowth += int64(o.ServerHelloGrowth)
-		if isPQ(o.Group) {
+		if tlsparse.Group(o.Group).IsPQ() {
 			rep.pqGrowth += int64(o.ServerHelloGrowth)
 			rep.nPQBytes++
 		}
@@ -188,7 +188,7 @@ func (rep *Report) Add(r *record.Handshake) Outcome {
 }
 
 // Finish computes shares, means and the sorted tails.
-func (rep *Report) Finish() {
+func (rep *Forecast) Finish() {
 	if n := float64(rep.Predicted); n > 0 {
 		rep.PQShare = float64(rep.PQ+rep.HRRPQ) / n
 		rep.HRRShare = float64(rep.HRR) / n
@@ -205,11 +205,11 @@ func (rep *Report) Finish() {
 	if rep.NewHRR > 0 {
 		rep.HRRBytesPerNewHRR = float64(rep.hrrBytes) / float64(rep.NewHRR)
 	}
-	rep.ClassicalByJA4 = tail(rep.ja4)
-	rep.ClassicalByUA = tail(rep.ua)
+	rep.ClassicalByJA4 = tailRows(rep.ja4)
+	rep.ClassicalByUA = tailRows(rep.ua)
 }
 
-func tail(m map[string]*tailAcc) []TailRow {
+func tailRows(m map[string]*tailAcc) []TailRow {
 	rows := make([]TailRow, 0, len(m))
 	for k, a := range m {
 		reason, best := "", -1
@@ -233,7 +233,7 @@ func tail(m map[string]*tailAcc) []TailRow {
 }
 
 // Text renders the forecast section of the text report.
-func (rep *Report) Text() string {
+func (rep *Forecast) Text() string {
 	var b strings.Builder
 	pct := func(n int) float64 {
 		if rep.Predicted == 0 {

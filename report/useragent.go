@@ -1,21 +1,6 @@
-package join
+package report
 
-import (
-	"strings"
-
-	"github.com/pqwatch/pqwatch/tlsparse"
-)
-
-// IANAGroupName maps a group name as nginx logs it ($ssl_curve: "X25519",
-// "prime256v1", "X25519MLKEM768", or "0x11ec" for groups its OpenSSL could
-// not name) to the IANA name pqwatch records use (tlsparse.ParseGroup).
-// Unknown names come back unchanged.
-func IANAGroupName(s string) string {
-	if g, ok := tlsparse.ParseGroup(s); ok {
-		return g.String()
-	}
-	return s
-}
+import "strings"
 
 // User-agent families for the "PQ share by user-agent family" report.
 const (

@@ -1,0 +1,187 @@
+package logjoin
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/pqwatch/pqwatch/logparse"
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// LineResult says what became of one access-log line.
+type LineResult uint8
+
+const (
+	LineOK        LineResult = iota // parsed and joinable
+	LineMalformed                   // does not parse in the log's format
+	LineUnusable                    // parsed, but has no client address or time to join by
+)
+
+// LineReader turns the lines of one access log into join Lines. The live
+// agent (a tailer per log) and offline analysis (whole files) share it. Not
+// safe for concurrent use: one per log.
+type LineReader struct {
+	source string // SourceNginx or SourceCaddy
+	format *logparse.Format
+	nl     logparse.NginxLine
+	cl     logparse.CaddyLine
+}
+
+// NewNginxReader reads an nginx access log written in format f (nil:
+// combined).
+func NewNginxReader(f *logparse.Format) *LineReader {
+	if f == nil {
+		f = logparse.Combined
+	}
+	return &LineReader{source: SourceNginx, format: f}
+}
+
+// NewCaddyReader reads a Caddy JSON access log.
+func NewCaddyReader() *LineReader { return &LineReader{source: SourceCaddy} }
+
+// Source is SourceNginx or SourceCaddy.
+func (lr *LineReader) Source() string { return lr.source }
+
+// Read parses one line.
+func (lr *LineReader) Read(b []byte) (Line, LineResult) {
+	var l Line
+	var ok bool
+	if lr.source == SourceCaddy {
+		if logparse.ParseCaddyLine(b, &lr.cl) != nil {
+			return Line{}, LineMalformed
+		}
+		l, ok = FromCaddy(&lr.cl)
+	} else {
+		if lr.format.Parse(b, &lr.nl) != nil {
+			return Line{}, LineMalformed
+		}
+		l, ok = FromNginx(&lr.nl)
+	}
+	if !ok {
+		return Line{}, LineUnusable
+	}
+	return l, LineOK
+}
+
+// NginxLog is an nginx access log and the format it is written in.
+type NginxLog struct {
+	Path   string
+	Format *logparse.Format // nil: combined
+}
+
+// Files are the logs of an offline analysis.
+type Files struct {
+	Nginx    []NginxLog
+	Caddy    []string
+	ErrorLog string // nginx error log: its severe lines are reported
+}
+
+// Empty reports whether there is nothing to read.
+func (f Files) Empty() bool { return len(f.Nginx)+len(f.Caddy) == 0 && f.ErrorLog == "" }
+
+// FileResult is what reading and joining the files found.
+type FileResult struct {
+	Lines     map[string]int // source -> non-empty lines read
+	Malformed map[string]int // source -> lines that do not parse or cannot be joined
+	Unmatched map[string]int // source -> lines no handshake joined
+	Joined    bool           // access logs were given and joined
+	Stats     Stats
+	// ServerErrors are the error log's severe lines (at most 50).
+	ServerErrors []string
+	ReadErrors   []error // files that could not be read (each named)
+}
+
+// BatchStage is the offline log join as a pipeline stage: it holds every
+// record until Flush, then reads the logs, joins (Batch) and hands the
+// records on in the order they came.
+type BatchStage struct {
+	files  Files
+	next   func(*record.Handshake)
+	recs   []*record.Handshake
+	result FileResult
+}
+
+// NewBatchStage returns the stage for files; Result is ready after Flush.
+func NewBatchStage(files Files, next func(*record.Handshake)) *BatchStage {
+	return &BatchStage{files: files, next: next}
+}
+
+// Process holds r for the join.
+func (b *BatchStage) Process(r *record.Handshake) { b.recs = append(b.recs, r) }
+
+// Flush reads the logs, joins them with the held records and hands those on.
+func (b *BatchStage) Flush() {
+	b.result = b.files.Join(b.recs)
+	for _, r := range b.recs {
+		b.next(r)
+	}
+	b.recs = nil
+}
+
+// Result is what the last Flush found.
+func (b *BatchStage) Result() FileResult { return b.result }
+
+// Join reads the files and joins their lines with recs (records gain their
+// Log field).
+func (f Files) Join(recs []*record.Handshake) FileResult {
+	res := FileResult{Lines: map[string]int{}, Malformed: map[string]int{}, Unmatched: map[string]int{}}
+	var lines []Line
+	read := func(path string, lr *LineReader) {
+		err := eachLine(path, func(b []byte) {
+			if len(b) == 0 {
+				return
+			}
+			res.Lines[lr.source]++
+			l, r := lr.Read(b)
+			if r != LineOK {
+				res.Malformed[lr.source]++
+				return
+			}
+			lines = append(lines, l)
+		})
+		if err != nil {
+			res.ReadErrors = append(res.ReadErrors, fmt.Errorf("%s: %w", path, err))
+		}
+	}
+	for _, l := range f.Nginx {
+		read(l.Path, NewNginxReader(l.Format))
+	}
+	for _, p := range f.Caddy {
+		read(p, NewCaddyReader())
+	}
+	if f.ErrorLog != "" {
+		var el logparse.ErrorLine
+		_ = eachLine(f.ErrorLog, func(b []byte) {
+			if logparse.ParseErrorLine(b, time.Local, &el) == nil && el.Level.Severe() && len(res.ServerErrors) < 50 {
+				res.ServerErrors = append(res.ServerErrors, string(b))
+			}
+		})
+	}
+	if len(f.Nginx)+len(f.Caddy) == 0 {
+		return res
+	}
+	res.Joined = true
+	res.Stats = Batch(recs, lines, Options{})
+	for src, ss := range res.Stats.Sources {
+		res.Unmatched[src] += int(ss.Unmatched)
+	}
+	return res
+}
+
+// eachLine calls fn for every line of path, without its line ending.
+func eachLine(path string, fn func([]byte)) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fn(bytes.TrimRight(sc.Bytes(), "\r"))
+	}
+	return sc.Err()
+}

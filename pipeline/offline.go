@@ -1,0 +1,153 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/pqwatch/pqwatch/logjoin"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
+	"github.com/pqwatch/pqwatch/sniffer"
+)
+
+// Offline is an analysis of capture files: `analyze`, and the demo without
+// capture privileges.
+type Offline struct {
+	Files   []string
+	Sniffer sniffer.Config // Ports, MaxFlows, ...; OnRecord is the pipeline's
+	Logs    logjoin.Files  // access logs to join, the error log to report
+	Summary *report.Summary
+	Sinks   []record.Sink // after the summary (JSONL)
+	// Progress, when set, reports reading progress per file; Done is
+	// called after each file.
+	Progress func(path string) sniffer.Progress
+	Done     func()
+	Stderr   io.Writer // warnings naming the input; nil: discarded
+}
+
+// OfflineResult says how the run went.
+type OfflineResult struct {
+	Stats      sniffer.Stats
+	FileFailed bool // a file could not be read at all
+}
+
+// Run reads every file through the sniffer and the pipeline into the
+// summary (finished) and the sinks (flushed).
+func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
+	stderr := o.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	sum := o.Summary
+	cfg := Config{Sinks: append([]record.Sink{sum}, o.Sinks...)}
+	var batch *logjoin.BatchStage
+	if !o.Logs.Empty() {
+		cfg.Stages = append(cfg.Stages, func(next func(*record.Handshake)) Stage {
+			batch = logjoin.NewBatchStage(o.Logs, next)
+			return batch
+		})
+	}
+	p := New(cfg)
+	sc := o.Sniffer
+	sc.OnRecord = p.Record
+	sn := sniffer.New(sc)
+	var res OfflineResult
+	for _, path := range o.Files {
+		if ctx.Err() != nil {
+			break
+		}
+		var prog sniffer.Progress
+		if o.Progress != nil {
+			prog = o.Progress(path)
+		}
+		st, err := sniffer.ReadFile(path, sn, prog)
+		if o.Done != nil {
+			o.Done()
+		}
+		fi := report.FileInfo{Path: path, Format: st.Format, Packets: st.Packets}
+		switch {
+		case err != nil:
+			fmt.Fprintln(stderr, "pqwatch analyze:", err)
+			fi.Error = err.Error()
+			res.FileFailed = true
+			sum.Errors["unreadable_file"]++
+		case st.Err != nil:
+			fmt.Fprintln(stderr, "pqwatch analyze: warning:", st.Err)
+			fi.Error = st.Err.Error()
+			sum.Errors[fileErrReason(st.Err)]++
+		}
+		sum.Files = append(sum.Files, fi)
+	}
+	sn.Flush()
+	res.Stats = sn.Stats()
+	p.Flush()
+	if batch != nil {
+		addFileResult(sum, batch.Result(), stderr)
+	}
+	sum.Packets = res.Stats.Packets
+	AddSnifferErrors(sum.Errors, res.Stats)
+	sum.Finish()
+	return res, p.Close(ctx)
+}
+
+// addFileResult puts what the log join found into the summary.
+func addFileResult(sum *report.Summary, fr logjoin.FileResult, stderr io.Writer) {
+	for _, err := range fr.ReadErrors {
+		sum.Errors["log_read_error"]++
+		fmt.Fprintf(stderr, "pqwatch: %v\n", err)
+	}
+	for src, n := range fr.Lines {
+		sum.LogLines[src] += n
+	}
+	sum.ServerErrors = append(sum.ServerErrors, fr.ServerErrors...)
+	if !fr.Joined {
+		return
+	}
+	st := fr.Stats
+	sum.Joins = &report.JoinStats{
+		Joined: int(st.Joined), UnmatchedHandshakes: int(st.UnmatchedHandshakes), Ambiguous: int(st.AmbiguousHandshakes),
+		CurveChecked: int(st.CurveChecked), CurveMismatch: int(st.CurveMismatch), Malformed: fr.Malformed,
+	}
+	for src, n := range fr.Unmatched {
+		sum.LogUnmatched[src] += n
+	}
+}
+
+func fileErrReason(err error) string {
+	switch {
+	case errors.Is(err, sniffer.ErrTruncated):
+		return "truncated_file"
+	case errors.Is(err, sniffer.ErrCorruptEntry):
+		return "corrupt_file"
+	}
+	return "file_error"
+}
+
+// AddSnifferErrors adds a sniffer's error counters to a summary's errors:
+// parse errors by reason, QUIC drops as quic_REASON, and flows evicted from
+// a full table. analyze and run report the same reasons.
+func AddSnifferErrors(errs map[string]uint64, st sniffer.Stats) {
+	for k, v := range st.Errors {
+		errs[k] += v
+	}
+	for k, v := range st.QUIC {
+		if isQUICDrop(k) && v > 0 {
+			errs["quic_"+k] += v
+		}
+	}
+	if st.FlowsEvicted > 0 {
+		errs["flows_evicted"] += st.FlowsEvicted
+	}
+}
+
+// isQUICDrop tells which QUIC counters are drops or errors (not totals such
+// as "conns").
+func isQUICDrop(k string) bool {
+	switch k {
+	case "decrypt_failed", "frame_error", "unexpected_frame", "malformed", "crypto_overflow", "bad_handshake", "evicted":
+		return true
+	}
+	return false // totals and normal events: datagrams, conns, retry, skipped packets...
+}

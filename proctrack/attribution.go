@@ -1,0 +1,217 @@
+package proctrack
+
+import (
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// Attribution is the pipeline stage that gives each record the server
+// generation that accepted its connection (record.Generation). It runs off
+// the capture path: a process lookup may wait on netlink and /proc, and the
+// rings must keep draining meanwhile. Process queues a record (or, when the
+// queue is full, hands it on unattributed: the capture never waits); Run
+// attributes the queue; Flush closes the queue and waits for Run to hand on
+// everything.
+//
+// Run is not woken for each record: in a quiet period records wait for the
+// next process scan anyway, and waking another goroutine (another thread)
+// per record cost more than parsing it. It is nudged only for records that
+// need a prompt exact lookup (swap windows), when the queue is half full,
+// and when it sleeps with nothing pending.
+type Attribution struct {
+	t    *Tracker
+	next func(*record.Handshake)
+
+	q       chan attribItem
+	nudge   chan struct{} // wakes Run
+	done    chan struct{}
+	started atomic.Bool
+	idle    atomic.Bool // Run sleeps with nothing pending
+	skipped atomic.Uint64
+}
+
+// NewAttribution returns the stage for tracker t, handing records to next.
+func NewAttribution(t *Tracker, next func(*record.Handshake)) *Attribution {
+	return &Attribution{t: t, next: next, q: make(chan attribItem, 8192), nudge: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// attribItem is a finished record waiting for attribution, and when it was
+// finished: its connection had been accepted by then.
+type attribItem struct {
+	r    *record.Handshake
+	done time.Time
+}
+
+// acceptMargin is how long before its SYN a connection may count as
+// accepted in a quiet-period check: clock granularity and the capture's
+// timestamps, not the network, so a small margin.
+const acceptMargin = 50 * time.Millisecond
+
+// maxAttribWait bounds how long a record waits for the process scan that
+// confirms a quiet period; past it the record is looked up exactly.
+const maxAttribWait = 3 * time.Second
+
+// Process queues r for attribution.
+func (a *Attribution) Process(r *record.Handshake) {
+	it := attribItem{r, time.Now()}
+	select {
+	case a.q <- it:
+		if !a.mayBeQuiet(it) || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
+			a.wake()
+		}
+	default:
+		a.skipped.Add(1)
+		a.t.NoteSkipped()
+		a.next(r)
+	}
+}
+
+// Skipped counts records handed on unattributed because the queue was full.
+func (a *Attribution) Skipped() uint64 { return a.skipped.Load() }
+
+func (a *Attribution) wake() {
+	select {
+	case a.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Flush closes the queue and waits until Run has attributed and handed on
+// every queued record. No Process may follow.
+func (a *Attribution) Flush() {
+	close(a.q)
+	a.wake()
+	if a.started.Load() {
+		<-a.done
+		return
+	}
+	for it := range a.q { // Run never started: hand on as they are
+		a.next(it.r)
+	}
+}
+
+// Run attributes queued records until Flush.
+//
+// Outside nginx swaps and reloads one generation serves each port, and a
+// per-connection lookup (sock_diag and /proc/PID/fd, some 15 µs, often too
+// late for a short connection) would only repeat what the process table
+// already says. So a record waits for the next process scan (at most a
+// ScanInterval): when no serving process started, exited or changed role
+// between its SYN and that scan, and one generation alone holds the
+// listener, that generation is the answer (Tracker.AttributeQuiet).
+// Otherwise — a swap in progress — the record's socket is looked up
+// exactly (Tracker.Attribute).
+func (a *Attribution) Run() {
+	a.started.Store(true)
+	defer close(a.done)
+	var pending []attribItem // waiting for a scan, oldest first
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	in := a.q
+	for {
+		// Take what is queued.
+	drain:
+		for in != nil {
+			select {
+			case it, ok := <-in:
+				if !ok {
+					in = nil
+					break drain
+				}
+				if a.mayBeQuiet(it) && len(pending) < cap(a.q) {
+					pending = append(pending, it)
+				} else {
+					a.attribute(it, false)
+				}
+			default:
+				break drain
+			}
+		}
+		scanAt, scanDone := a.t.LastScan()
+		for len(pending) > 0 {
+			it := pending[0]
+			scanned := scanAt.After(it.done)
+			if in != nil && !scanned && time.Since(it.done) < maxAttribWait {
+				break // wait for the scan that follows it
+			}
+			a.attribute(it, scanned)
+			pending[0] = attribItem{}
+			pending = pending[1:]
+		}
+		if in == nil {
+			return // closed and drained: everything was attributed
+		}
+		// Wait for the next scan only when a record waits for it. With
+		// nothing pending, sleep until the next record nudges (idle); a
+		// record queued just before the flag was raised is seen here.
+		var timeout <-chan time.Time
+		var scanned <-chan struct{}
+		if len(pending) > 0 {
+			timer.Reset(maxAttribWait - time.Since(pending[0].done))
+			timeout, scanned = timer.C, scanDone
+		} else {
+			a.idle.Store(true)
+			if len(in) > 0 {
+				a.idle.Store(false)
+				continue
+			}
+		}
+		select {
+		case <-a.nudge:
+		case <-scanned:
+		case <-timeout:
+		}
+		a.idle.Store(false)
+		timer.Stop()
+	}
+}
+
+// mayBeQuiet says whether waiting for the next process scan can let the
+// record be attributed without a lookup: a TCP connection whose SYN was
+// seen after the current quiet period began, while no nginx swap is in
+// progress. Otherwise the record is looked up at once, while its socket
+// may still exist.
+func (a *Attribution) mayBeQuiet(it attribItem) bool {
+	r := it.r
+	if r.FlowStart.IsZero() {
+		return false
+	}
+	since, swapping := a.t.QuietSince()
+	return !swapping && r.FlowStart.Add(-acceptMargin).After(since)
+}
+
+// attribute finds the generation of one record's server process; scanned
+// says a process scan has completed since the record was finished.
+func (a *Attribution) attribute(it attribItem, scanned bool) {
+	r := it.r
+	server, client := addrPort(r.Server), addrPort(r.Client)
+	g, ok := (*record.Generation)(nil), false
+	switch r.Transport {
+	case record.TransportTCP:
+		if scanned && !r.FlowStart.IsZero() {
+			g, ok = a.t.AttributeQuiet(server, r.FlowStart.Add(-acceptMargin), it.done)
+		}
+		if !ok {
+			g, ok = a.t.Attribute(client, server)
+		}
+	case record.TransportQUIC:
+		// Quiet periods only: there is no per-connection lookup for QUIC.
+		if !r.FlowStart.IsZero() {
+			g, ok = a.t.AttributeQuietQUIC(server, r.FlowStart.Add(-acceptMargin), it.done)
+		}
+	}
+	if ok {
+		gc := *g
+		r.Generation = &gc
+		a.t.ObserveHandshake(g, r.Group)
+	}
+	a.next(r)
+}
+
+func addrPort(s string) netip.AddrPort {
+	ap, _ := netip.ParseAddrPort(s)
+	return ap
+}
