@@ -20,7 +20,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
-	"runtime/debug"
 	"sync"
 
 	"time"
@@ -132,7 +131,7 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Forecast != nil {
 		policy = *cfg.Forecast
 	}
-	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, buildRevision()))
+	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, revision()))
 	n := cfg.Workers
 	if n <= 0 {
 		n = runtime.NumCPU()
@@ -227,14 +226,11 @@ func (a *Agent) Registry() *prometheus.Registry { return a.reg }
 // Processes is the process tracker, nil when tracking is off.
 func (a *Agent) Processes() *proctrack.Tracker { return a.procs }
 
-// buildRevision is the VCS revision the binary was built from, if known.
-func buildRevision() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" {
-				return s.Value
-			}
-		}
+
+// revision is the VCS revision the binary was built from, "" if unknown.
+func revision() string {
+	if _, r := exporter.BuildInfo(); r != "unknown" {
+		return r
 	}
 	return ""
 }

@@ -7,18 +7,14 @@ import (
 	"github.com/pqwatch/pqwatch/record"
 )
 
-// TimeLayout is how the record's ts is written: RFC 3339 in UTC with all nine
-// fractional digits, so that lexical order is time order.
-const TimeLayout = "2006-01-02T15:04:05.000000000Z07:00"
-
 // AppendJSON appends the SPEC.md JSON encoding of h to dst and returns the
 // extended slice. The output has the field names, order and omission rules of
 // record.Handshake's json tags and decodes with encoding/json to an equal
-// record; ts is written in UTC with TimeLayout. It does not allocate when dst
+// record; ts is written in UTC with record.TimeFormat. It does not allocate when dst
 // has room.
 func AppendJSON(dst []byte, h *record.Handshake) []byte {
 	dst = append(dst, `{"ts":"`...)
-	dst = h.TS.UTC().AppendFormat(dst, TimeLayout)
+	dst = h.TS.UTC().AppendFormat(dst, record.TimeFormat)
 	dst = append(dst, `","transport":`...)
 	dst = appendString(dst, h.Transport)
 	dst = append(dst, `,"client":`...)

@@ -175,7 +175,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 		o(&cfg)
 	}
 	if cfg.version == "" {
-		cfg.version, cfg.revision = buildInfo()
+		cfg.version, cfg.revision = BuildInfo()
 	}
 
 	m := &Metrics{
@@ -490,7 +490,9 @@ func b2i(b bool) int {
 	return 0
 }
 
-func buildInfo() (version, revision string) {
+// BuildInfo is the binary's module version and VCS revision, from its
+// embedded build information ("unknown" when absent).
+func BuildInfo() (version, revision string) {
 	version, revision = "unknown", "unknown"
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

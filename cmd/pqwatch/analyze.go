@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/pqwatch/pqwatch/exporter"
@@ -77,9 +76,10 @@ func openOut(path string, stdout io.Writer) (io.Writer, func() error, error) {
 	return f, f.Close, nil
 }
 
+// version is the binary's module version, "dev" for a build from a checkout.
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	if v, _ := exporter.BuildInfo(); v != "unknown" && v != "(devel)" {
+		return v
 	}
 	return "dev"
 }
