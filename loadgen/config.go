@@ -3,7 +3,7 @@
 // connection and one HTTP/1.1 GET per request, for several arms that differ
 // only in the key exchange groups they offer. Latency is measured from the
 // intended send time, so a stalled server cannot hide behind coordinated
-// omission. Server CPU per handshake comes from /proc (see ProcTracker), the
+// omission. Server CPU per handshake comes from /proc (see ServerCPU), the
 // client's own from getrusage. Optional nginx scenarios (binary swap, reload,
 // rollback) send signals under load and verify each step from the process
 // table. Results go to results.json, requests.csv, trials.csv, SVG charts

@@ -305,14 +305,14 @@ func (n *nginxServer) ours() (masters, all []int) {
 		return nil, nil
 	}
 	for pid, p := range tab.all {
-		if p.comm == "nginx" && strings.Contains(tab.cmdline(pid), n.conf) {
+		if p.Comm == "nginx" && strings.Contains(tab.cmdline(pid), n.conf) {
 			masters = append(masters, pid)
 		}
 	}
 	all = append(all, masters...)
 	for pid, p := range tab.all {
 		for _, m := range masters {
-			if p.ppid == m && p.comm == "nginx" {
+			if p.PPID == m && p.Comm == "nginx" {
 				all = append(all, pid)
 			}
 		}

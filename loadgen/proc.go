@@ -10,86 +10,21 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pqwatch/pqwatch/internal/procfs"
 )
 
-// clkTck is USER_HZ, the unit of the time fields of /proc/PID/stat. It is
-// 100 on every Linux architecture Go supports (the kernel exports a fixed
-// USER_HZ to user space regardless of CONFIG_HZ).
-const clkTck = 100
+// tickMicros is one clock tick of /proc/PID/stat in microseconds.
+const tickMicros = 1_000_000 / procfs.UserHZ
 
-// tickMicros is one clock tick in microseconds.
-const tickMicros = 1_000_000 / clkTck
-
-// procStat is the part of /proc/PID/stat that loadgen uses.
-type procStat struct {
-	pid       int
-	ppid      int
-	comm      string
-	state     byte
-	utime     uint64 // ticks
-	stime     uint64
-	cutime    uint64 // reaped children, ticks
-	cstime    uint64
-	starttime uint64 // ticks after boot
-	rssPages  int64
-}
-
-// total is own plus reaped-children CPU in ticks.
-func (p procStat) total() uint64 { return p.utime + p.stime + p.cutime + p.cstime }
-
-// parseStat parses one /proc/PID/stat line. comm may contain spaces and
-// parentheses, so the fields are counted from the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	var p procStat
-	open := bytes.IndexByte(b, '(')
-	closeParen := bytes.LastIndexByte(b, ')')
-	if open < 1 || closeParen < open {
-		return p, fmt.Errorf("%w: stat: no comm", ErrProc)
-	}
-	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
-	if err != nil {
-		return p, fmt.Errorf("%w: stat pid: %v", ErrProc, err)
-	}
-	p.pid = pid
-	p.comm = string(b[open+1 : closeParen])
-	f := strings.Fields(string(b[closeParen+1:]))
-	// f[0] is field 3 (state); field n is f[n-3].
-	if len(f) < 22 {
-		return p, fmt.Errorf("%w: stat: %d fields", ErrProc, len(f)+2)
-	}
-	p.state = f[0][0]
-	u := func(n int) uint64 { v, _ := strconv.ParseUint(f[n-3], 10, 64); return v }
-	p.ppid = int(u(4))
-	p.utime, p.stime, p.cutime, p.cstime = u(14), u(15), u(16), u(17)
-	p.starttime = u(22)
-	rss, _ := strconv.ParseInt(f[24-3], 10, 64)
-	p.rssPages = rss
-	return p, nil
-}
-
-// scanProcs reads /proc/*/stat. Processes that vanish mid-scan are skipped.
-func scanProcs(root string) (map[int]procStat, error) {
-	ents, err := os.ReadDir(root)
+// scanProcs reads the stat of every process under root (see
+// procfs.ReadAllStats).
+func scanProcs(root string) (map[int]procfs.Stat, error) {
+	all, err := procfs.ReadAllStats(root)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrProc, err)
 	}
-	out := make(map[int]procStat, len(ents))
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(root, e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		p, err := parseStat(b)
-		if err != nil || p.pid != pid {
-			continue
-		}
-		out[pid] = p
-	}
-	return out, nil
+	return all, nil
 }
 
 // readCmdline returns /proc/PID/cmdline with NULs as spaces.
@@ -115,20 +50,21 @@ func bootTicks(root string) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: uptime: %v", ErrProc, err)
 	}
-	return uint64(s * clkTck), nil
+	return uint64(s * procfs.UserHZ), nil
 }
 
 type trackedProc struct {
 	start uint64 // starttime, to tell a reused PID
 	ppid  int
-	last  uint64 // total() at the last sample
+	last  uint64 // TicksWithChildren() at the last sample
 	comm  string
 }
 
-// ProcTracker accounts the CPU time of a server's processes: those named by
-// PID or by comm, every descendant of them, and every process once tracked
-// for as long as it lives (so an nginx master that was forked by USR2 and
-// reparented to init when the old master quit stays counted).
+// ServerCPU accounts the CPU time, and reports the resident memory, of a
+// server's processes: those named by PID or by comm, every descendant of
+// them, and every process once tracked for as long as it lives (so an
+// nginx master that was forked by USR2 and reparented to init when the old
+// master quit stays counted).
 //
 // Method. Each Sample scans /proc and, per tracked process, adds the growth
 // of utime+stime+cutime+cstime since the previous sample. A process first
@@ -142,7 +78,7 @@ type trackedProc struct {
 // the CPU between the last sample and exit is lost: sample often. The clock
 // tick is 10 ms, so a window needs many ticks of server CPU (seconds of
 // load, not milliseconds) for a precise per-handshake figure.
-type ProcTracker struct {
+type ServerCPU struct {
 	root    string
 	pids    []int
 	names   []string
@@ -153,40 +89,40 @@ type ProcTracker struct {
 	rss     int64 // bytes at the last sample
 }
 
-// NewProcTracker tracks the given PIDs and processes whose comm is one of
+// NewServerCPU tracks the given PIDs and processes whose comm is one of
 // names. procRoot is normally "/proc".
-func NewProcTracker(procRoot string, pids []int, names []string) *ProcTracker {
+func NewServerCPU(procRoot string, pids []int, names []string) *ServerCPU {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return &ProcTracker{root: procRoot, pids: pids, names: names, tracked: map[int]*trackedProc{}}
+	return &ServerCPU{root: procRoot, pids: pids, names: names, tracked: map[int]*trackedProc{}}
 }
 
-// ProcSample is the state after one Sample.
-type ProcSample struct {
+// ServerSample is the state after one Sample.
+type ServerSample struct {
 	At       time.Time
-	CPUTicks int64 // accounted ticks since the tracker was created
+	CPUTicks int64 // accounted ticks since NewServerCPU
 	RSSBytes int64 // resident memory of the tracked processes now
 	PIDs     []int // tracked live processes, sorted
 }
 
 // CPUMicros converts CPUTicks to microseconds.
-func (s ProcSample) CPUMicros() int64 { return s.CPUTicks * tickMicros }
+func (s ServerSample) CPUMicros() int64 { return s.CPUTicks * tickMicros }
 
 // Sample scans the process table once and updates the bookkeeping.
-func (t *ProcTracker) Sample() (ProcSample, error) {
+func (t *ServerCPU) Sample() (ServerSample, error) {
 	now := time.Now()
 	bt, err := bootTicks(t.root)
 	if err != nil {
-		return ProcSample{}, err
+		return ServerSample{}, err
 	}
 	all, err := scanProcs(t.root)
 	if err != nil {
-		return ProcSample{}, err
+		return ServerSample{}, err
 	}
 	children := map[int][]int{}
 	for pid, p := range all {
-		children[p.ppid] = append(children[p.ppid], pid)
+		children[p.PPID] = append(children[p.PPID], pid)
 	}
 	cur := map[int]bool{}
 	var queue []int
@@ -200,12 +136,12 @@ func (t *ProcTracker) Sample() (ProcSample, error) {
 		add(pid)
 	}
 	for pid, p := range all {
-		if slices.Contains(t.names, p.comm) {
+		if slices.Contains(t.names, p.Comm) {
 			add(pid)
 		}
 	}
 	for pid, tp := range t.tracked {
-		if p, ok := all[pid]; ok && p.starttime == tp.start {
+		if p, ok := all[pid]; ok && p.StartTime == tp.start {
 			add(pid)
 		}
 	}
@@ -219,11 +155,11 @@ func (t *ProcTracker) Sample() (ProcSample, error) {
 	// Vanished (or PID reused) processes.
 	for pid, tp := range t.tracked {
 		p, ok := all[pid]
-		if ok && p.starttime == tp.start && cur[pid] {
+		if ok && p.StartTime == tp.start && cur[pid] {
 			continue
 		}
 		if parent, ok := t.tracked[tp.ppid]; ok {
-			if pp, alive := all[tp.ppid]; alive && pp.starttime == parent.start && cur[tp.ppid] {
+			if pp, alive := all[tp.ppid]; alive && pp.StartTime == parent.start && cur[tp.ppid] {
 				t.acc -= int64(tp.last)
 			}
 		}
@@ -234,26 +170,26 @@ func (t *ProcTracker) Sample() (ProcSample, error) {
 	for pid := range cur {
 		p := all[pid]
 		pids = append(pids, pid)
-		if p.state != 'Z' {
-			rss += p.rssPages
+		if p.State != 'Z' {
+			rss += int64(p.RSS)
 		}
 		tp, ok := t.tracked[pid]
 		switch {
 		case ok:
-			t.acc += int64(p.total()) - int64(tp.last)
-			tp.last, tp.ppid = p.total(), p.ppid
+			t.acc += int64(p.TicksWithChildren()) - int64(tp.last)
+			tp.last, tp.ppid = p.TicksWithChildren(), p.PPID
 		default:
-			if t.inited && p.starttime+1 >= t.lastAt { // born since the last sample
-				t.acc += int64(p.total())
+			if t.inited && p.StartTime+1 >= t.lastAt { // born since the last sample
+				t.acc += int64(p.TicksWithChildren())
 			}
-			t.tracked[pid] = &trackedProc{start: p.starttime, ppid: p.ppid, last: p.total(), comm: p.comm}
+			t.tracked[pid] = &trackedProc{start: p.StartTime, ppid: p.PPID, last: p.TicksWithChildren(), comm: p.Comm}
 		}
 	}
 	slices.Sort(pids)
 	t.inited = true
 	t.lastAt = bt
 	t.rss = rss * int64(os.Getpagesize())
-	return ProcSample{At: now, CPUTicks: t.acc, RSSBytes: t.rss, PIDs: pids}, nil
+	return ServerSample{At: now, CPUTicks: t.acc, RSSBytes: t.rss, PIDs: pids}, nil
 }
 
 // selfCPU returns this process's user+system CPU time (getrusage RUSAGE_SELF).

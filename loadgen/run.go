@@ -153,10 +153,10 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 	for _, a := range c.Arms {
 		res.Arms = append(res.Arms, ArmInfo{Name: a.Name, Groups: a.GroupNames()})
 	}
-	var tracker *ProcTracker
+	var serverCPU *ServerCPU
 	if len(c.ServerPIDs) > 0 || len(c.ServerNames) > 0 {
-		tracker = NewProcTracker(c.ProcRoot, c.ServerPIDs, c.ServerNames)
-		if _, err := tracker.Sample(); err != nil {
+		serverCPU = NewServerCPU(c.ProcRoot, c.ServerPIDs, c.ServerNames)
+		if _, err := serverCPU.Sample(); err != nil {
 			return nil, err
 		}
 	}
@@ -195,7 +195,7 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 				sc = &scenarioRunner{sc: c.Scenario, root: c.ProcRoot, trialID: i, runStart: res.Started}
 			}
 		}
-		tr, reqs, evs, scr := c.runTrial(ctx, i, j, res.Started, tracker, sc, master)
+		tr, reqs, evs, scr := c.runTrial(ctx, i, j, res.Started, serverCPU, sc, master)
 		res.Trials = append(res.Trials, tr)
 		res.Events = append(res.Events, evs...)
 		if scr != nil {
@@ -242,7 +242,7 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 const binWidth = 100 * time.Millisecond
 
 // runTrial runs one arm at one rate for Warmup+Duration.
-func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time, tracker *ProcTracker,
+func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time, serverCPU *ServerCPU,
 	sc *scenarioRunner, master int) (*TrialResult, []Request, []Event, *ScenarioResult) {
 	q := newRequester(c, j.arm)
 	span := c.Warmup + c.Duration
@@ -271,8 +271,8 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		defer close(samplerDone)
 		take := func() mark {
 			m := mark{client: selfCPU()}
-			if tracker != nil {
-				if s, err := tracker.Sample(); err == nil {
+			if serverCPU != nil {
+				if s, err := serverCPU.Sample(); err == nil {
 					m.server, m.serverValid = s.CPUMicros(), true
 					tr.RSS = append(tr.RSS, RSSPoint{Offset: s.At.Sub(runStart).Seconds(), Bytes: s.RSSBytes})
 					tr.ServerRSSMaxBytes = max(tr.ServerRSSMaxBytes, s.RSSBytes)
@@ -447,7 +447,7 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		if atEnd.client > 0 && atStart.client > 0 {
 			tr.ClientCPUUsPerHandshake = float64((atEnd.client - atStart.client).Microseconds()) / float64(tr.Completed)
 		}
-		if tracker != nil && atStart.serverValid && atEnd.serverValid {
+		if serverCPU != nil && atStart.serverValid && atEnd.serverValid {
 			us := atEnd.server - atStart.server
 			per := float64(us) / float64(tr.Completed)
 			tr.ServerCPUUs, tr.ServerCPUUsPerHandshake = &us, &per

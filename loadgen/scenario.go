@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pqwatch/pqwatch/internal/procfs"
 )
 
 // ScenarioKind names an nginx process-management scenario run under load.
@@ -128,7 +130,7 @@ type ScenarioResult struct {
 // procTable is a snapshot with nginx-aware queries.
 type procTable struct {
 	root string
-	all  map[int]procStat
+	all  map[int]procfs.Stat
 	cmd  map[int]string
 }
 
@@ -151,13 +153,13 @@ func (t *procTable) cmdline(pid int) string {
 
 func (t *procTable) alive(pid int) bool {
 	p, ok := t.all[pid]
-	return ok && p.state != 'Z' && p.state != 'X'
+	return ok && p.State != 'Z' && p.State != 'X'
 }
 
 func (t *procTable) childrenWith(pid int, marker string) []int {
 	var out []int
 	for c, p := range t.all {
-		if p.ppid == pid && t.alive(c) && strings.Contains(t.cmdline(c), marker) {
+		if p.PPID == pid && t.alive(c) && strings.Contains(t.cmdline(c), marker) {
 			out = append(out, c)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pqwatch/pqwatch/internal/procfs"
 )
 
 func TestScheduleConstant(t *testing.T) {
@@ -216,23 +218,23 @@ func TestParseArm(t *testing.T) {
 
 func TestParseStat(t *testing.T) {
 	line := "4242 (nginx: worker) (x)) S 4241 4241 4241 0 -1 4194624 100 0 0 0 123 45 6 7 20 0 1 0 98765 1000000 321 18446744073709551615\n"
-	p, err := parseStat([]byte(line))
+	p, err := procfs.ParseStat([]byte(line))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.pid != 4242 || p.ppid != 4241 || p.comm != "nginx: worker) (x)" || p.state != 'S' ||
-		p.utime != 123 || p.stime != 45 || p.cutime != 6 || p.cstime != 7 || p.starttime != 98765 || p.rssPages != 321 || p.total() != 181 {
+	if p.PID != 4242 || p.PPID != 4241 || p.Comm != "nginx: worker) (x)" || p.State != 'S' ||
+		p.UTime != 123 || p.STime != 45 || p.CUTime != 6 || p.CSTime != 7 || p.StartTime != 98765 || p.RSS != 321 || p.TicksWithChildren() != 181 {
 		t.Fatalf("%+v", p)
 	}
-	if _, err := parseStat([]byte("12 (x) S 1")); !errors.Is(err, ErrProc) {
+	if _, err := procfs.ParseStat([]byte("12 (x) S 1")); !errors.Is(err, procfs.ErrBadStat) {
 		t.Fatalf("short: %v", err)
 	}
 }
 
-// TestProcTrackerSelf tracks this test process (burning CPU) and checks the
+// TestServerCPUSelf tracks this test process (burning CPU) and checks the
 // accounting grows by about what getrusage says.
-func TestProcTrackerSelf(t *testing.T) {
-	pt := NewProcTracker("", []int{osGetpid()}, nil)
+func TestServerCPUSelf(t *testing.T) {
+	pt := NewServerCPU("", []int{osGetpid()}, nil)
 	s0, err := pt.Sample()
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +252,7 @@ func TestProcTrackerSelf(t *testing.T) {
 	got := time.Duration(s1.CPUMicros()-s0.CPUMicros()) * time.Microsecond
 	want := selfCPU() - c0
 	if d := got - want; d < -40*time.Millisecond || d > 40*time.Millisecond {
-		t.Fatalf("tracker %v, getrusage %v", got, want)
+		t.Fatalf("ServerCPU %v, getrusage %v", got, want)
 	}
 	if !slices.Contains(s1.PIDs, osGetpid()) || s1.RSSBytes <= 0 {
 		t.Fatalf("sample %+v", s1)

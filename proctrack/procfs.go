@@ -8,14 +8,9 @@ import (
 	"strings"
 )
 
-// Sentinel errors returned (wrapped) by the /proc parsers.
+// Sentinel errors returned (wrapped) by proctrack. A malformed /proc/stat
+// is reported with package procfs's ErrNoBtime.
 var (
-	// ErrBadStat reports a /proc/PID/stat line that cannot be parsed.
-	ErrBadStat = errors.New("proctrack: malformed /proc/PID/stat")
-	// ErrBadStatm reports a /proc/PID/statm line that cannot be parsed.
-	ErrBadStatm = errors.New("proctrack: malformed /proc/PID/statm")
-	// ErrNoBtime reports a /proc/stat without a usable btime line.
-	ErrNoBtime = errors.New("proctrack: no btime in /proc/stat")
 	// ErrNotSocket reports an fd link that is not "socket:[INODE]".
 	ErrNotSocket = errors.New("proctrack: not a socket link")
 	// ErrNoConnection reports that no TCP connection matches the addresses.
@@ -23,138 +18,6 @@ var (
 	// ErrNetlink reports a failed sock_diag query.
 	ErrNetlink = errors.New("proctrack: sock_diag")
 )
-
-// procStat is the part of /proc/PID/stat the tracker uses.
-type procStat struct {
-	PID       int
-	Comm      string
-	State     byte
-	PPID      int
-	Flags     uint64 // PF_* flags
-	UTime     uint64 // clock ticks
-	STime     uint64 // clock ticks
-	StartTime uint64 // clock ticks after boot
-}
-
-// parseStat parses /proc/PID/stat. The comm field may hold spaces and ')' so
-// it is delimited by the first '(' and the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	var st procStat
-	open := bytes.IndexByte(b, '(')
-	closing := bytes.LastIndexByte(b, ')')
-	if open <= 0 || closing < open {
-		return st, fmt.Errorf("%w: no comm", ErrBadStat)
-	}
-	pid, ok := atoiBytes(bytes.TrimSpace(b[:open]))
-	if !ok || pid <= 0 {
-		return st, fmt.Errorf("%w: bad pid", ErrBadStat)
-	}
-	st.PID = int(pid)
-	st.Comm = string(b[open+1 : closing])
-	rest := b[closing+1:]
-	// Fields after comm, 0-based: 0 state, 1 ppid, 6 flags, 11 utime,
-	// 12 stime, 19 starttime.
-	idx := 0
-	for len(rest) > 0 && idx <= 19 {
-		rest = bytes.TrimLeft(rest, " \n")
-		if len(rest) == 0 {
-			break
-		}
-		end := bytes.IndexAny(rest, " \n")
-		if end < 0 {
-			end = len(rest)
-		}
-		f := rest[:end]
-		rest = rest[end:]
-		switch idx {
-		case 0:
-			if len(f) != 1 {
-				return st, fmt.Errorf("%w: bad state", ErrBadStat)
-			}
-			st.State = f[0]
-		case 1, 6, 11, 12, 19:
-			v, ok := atoiBytes(f)
-			if !ok {
-				return st, fmt.Errorf("%w: bad field %d", ErrBadStat, idx+3)
-			}
-			switch idx {
-			case 1:
-				if v > 1<<31 {
-					return st, fmt.Errorf("%w: bad ppid", ErrBadStat)
-				}
-				st.PPID = int(v)
-			case 6:
-				st.Flags = v
-			case 11:
-				st.UTime = v
-			case 12:
-				st.STime = v
-			case 19:
-				st.StartTime = v
-			}
-		}
-		idx++
-	}
-	if idx <= 19 {
-		return st, fmt.Errorf("%w: %d fields after comm", ErrBadStat, idx)
-	}
-	return st, nil
-}
-
-// pfForkNoExec is PF_FORKNOEXEC: the process forked and has not exec'd.
-const pfForkNoExec = 0x40
-
-// atoiBytes parses a non-negative decimal number without allocating.
-func atoiBytes(b []byte) (uint64, bool) {
-	if len(b) == 0 || len(b) > 20 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n := v*10 + uint64(c-'0')
-		if n < v {
-			return 0, false
-		}
-		v = n
-	}
-	return v, true
-}
-
-// parseStatm returns the resident set size in pages from /proc/PID/statm.
-func parseStatm(b []byte) (uint64, error) {
-	b = bytes.TrimLeft(b, " ")
-	sp := bytes.IndexByte(b, ' ')
-	if sp < 0 {
-		return 0, fmt.Errorf("%w: one field", ErrBadStatm)
-	}
-	b = bytes.TrimLeft(b[sp:], " ")
-	end := bytes.IndexAny(b, " \n")
-	if end < 0 {
-		end = len(b)
-	}
-	v, ok := atoiBytes(b[:end])
-	if !ok {
-		return 0, fmt.Errorf("%w: bad resident", ErrBadStatm)
-	}
-	return v, nil
-}
-
-// parseBtime returns the boot time (seconds since the epoch) from /proc/stat.
-func parseBtime(b []byte) (int64, error) {
-	for line := range bytes.Lines(b) {
-		if v, ok := bytes.CutPrefix(line, []byte("btime ")); ok {
-			n, ok := atoiBytes(bytes.TrimSpace(v))
-			if !ok || n > 1<<62 {
-				break
-			}
-			return int64(n), nil
-		}
-	}
-	return 0, ErrNoBtime
-}
 
 // parseSocketLink returns INODE from an fd link "socket:[INODE]".
 func parseSocketLink(s string) (uint64, error) {

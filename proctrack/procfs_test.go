@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/pqwatch/pqwatch/internal/procfs"
 )
 
 const nginxMaps = `55d0c0a00000-55d0c0a2c000 r--p 00000000 08:01 1234 /usr/sbin/nginx
@@ -18,30 +20,30 @@ func TestParseStat(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
-		want procStat
+		want procfs.Stat
 		err  error
 	}{
 		{
 			name: "nginx master",
 			in:   "1234 (nginx) S 1 1234 1234 0 -1 4194624 93 0 0 0 12 34 0 0 20 0 1 0 5678 12345678 1500 18446744073709551615 1 1 0 0 0 0 0 4096 134749696 0 0 0 17 1 0 0 0 0 0\n",
-			want: procStat{PID: 1234, Comm: "nginx", State: 'S', PPID: 1, Flags: 4194624, UTime: 12, STime: 34, StartTime: 5678},
+			want: procfs.Stat{PID: 1234, Comm: "nginx", State: 'S', PPID: 1, Flags: 4194624, UTime: 12, STime: 34, StartTime: 5678, RSS: 1500},
 		},
 		{
 			name: "comm with spaces and parens",
 			in:   "42 (a) b (c)) R 7 0 0 0 -1 64 0 0 0 0 1 2 0 0 0 0 1 0 99 0 0",
-			want: procStat{PID: 42, Comm: "a) b (c)", State: 'R', PPID: 7, Flags: 64, UTime: 1, STime: 2, StartTime: 99},
+			want: procfs.Stat{PID: 42, Comm: "a) b (c)", State: 'R', PPID: 7, Flags: 64, UTime: 1, STime: 2, StartTime: 99},
 		},
-		{name: "empty", in: "", err: ErrBadStat},
-		{name: "no close paren", in: "1 (nginx S 1", err: ErrBadStat},
-		{name: "truncated", in: "1 (nginx) S 1 1 1 0 -1 0", err: ErrBadStat},
-		{name: "bad pid", in: "x (nginx) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 0 0 1 0 99", err: ErrBadStat},
-		{name: "bad utime", in: "1 (nginx) S 1 1 1 0 -1 0 0 0 0 0 -1 2 0 0 0 0 1 0 99", err: ErrBadStat},
-		{name: "long state", in: "1 (nginx) SS 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 0 0 1 0 99", err: ErrBadStat},
-		{name: "overflow", in: "1 (nginx) S 1 1 1 0 -1 0 0 0 0 0 99999999999999999999999 2 0 0 0 0 1 0 99", err: ErrBadStat},
+		{name: "empty", in: "", err: procfs.ErrBadStat},
+		{name: "no close paren", in: "1 (nginx S 1", err: procfs.ErrBadStat},
+		{name: "truncated", in: "1 (nginx) S 1 1 1 0 -1 0", err: procfs.ErrBadStat},
+		{name: "bad pid", in: "x (nginx) S 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 0 0 1 0 99", err: procfs.ErrBadStat},
+		{name: "bad utime", in: "1 (nginx) S 1 1 1 0 -1 0 0 0 0 0 -1 2 0 0 0 0 1 0 99", err: procfs.ErrBadStat},
+		{name: "long state", in: "1 (nginx) SS 1 1 1 0 -1 0 0 0 0 0 1 2 0 0 0 0 1 0 99", err: procfs.ErrBadStat},
+		{name: "overflow", in: "1 (nginx) S 1 1 1 0 -1 0 0 0 0 0 99999999999999999999999 2 0 0 0 0 1 0 99", err: procfs.ErrBadStat},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseStat([]byte(tc.in))
+			got, err := procfs.ParseStat([]byte(tc.in))
 			if tc.err != nil {
 				if !errors.Is(err, tc.err) {
 					t.Fatalf("err = %v, want %v", err, tc.err)
@@ -49,7 +51,7 @@ func TestParseStat(t *testing.T) {
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Fatalf("parseStat = %+v, %v; want %+v", got, err, tc.want)
+				t.Fatalf("procfs.ParseStat = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})
 	}
@@ -60,9 +62,9 @@ func TestParseStatSelf(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc:", err)
 	}
-	st, err := parseStat(b)
+	st, err := procfs.ParseStat(b)
 	if err != nil || st.PID != os.Getpid() || st.PPID != os.Getppid() || st.StartTime == 0 {
-		t.Fatalf("parseStat(/proc/self/stat) = %+v, %v", st, err)
+		t.Fatalf("procfs.ParseStat(/proc/self/stat) = %+v, %v", st, err)
 	}
 }
 
@@ -78,22 +80,22 @@ func TestParseStatm(t *testing.T) {
 		{"12", 0, false},
 		{"1 x 3", 0, false},
 	} {
-		got, err := parseStatm([]byte(tc.in))
+		got, err := procfs.ParseStatm([]byte(tc.in))
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("parseStatm(%q) = %d, %v", tc.in, got, err)
+			t.Errorf("procfs.ParseStatm(%q) = %d, %v", tc.in, got, err)
 		}
-		if err != nil && !errors.Is(err, ErrBadStatm) {
-			t.Errorf("parseStatm(%q) error %v is not ErrBadStatm", tc.in, err)
+		if err != nil && !errors.Is(err, procfs.ErrBadStatm) {
+			t.Errorf("procfs.ParseStatm(%q) error %v is not ErrBadStatm", tc.in, err)
 		}
 	}
 }
 
 func TestParseBtime(t *testing.T) {
-	got, err := parseBtime([]byte("cpu  1 2 3\nintr 5\nbtime 1764480000\nprocesses 9\n"))
+	got, err := procfs.ParseBtime([]byte("cpu  1 2 3\nintr 5\nbtime 1764480000\nprocesses 9\n"))
 	if err != nil || got != 1764480000 {
-		t.Fatalf("parseBtime = %d, %v", got, err)
+		t.Fatalf("procfs.ParseBtime = %d, %v", got, err)
 	}
-	if _, err := parseBtime([]byte("cpu 1\n")); !errors.Is(err, ErrNoBtime) {
+	if _, err := procfs.ParseBtime([]byte("cpu 1\n")); !errors.Is(err, procfs.ErrNoBtime) {
 		t.Fatalf("missing btime: %v", err)
 	}
 }
@@ -186,7 +188,7 @@ func FuzzParseStat(f *testing.F) {
 	f.Add([]byte(""))
 	f.Add([]byte("1 ()"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := parseStat(b)
+		st, err := procfs.ParseStat(b)
 		if err == nil && (st.PID <= 0 || st.PPID < 0) {
 			t.Fatalf("accepted %q as %+v", b, st)
 		}
@@ -215,8 +217,8 @@ func FuzzParseSmall(f *testing.F) {
 	f.Add([]byte("OpenSSL 3.0.19 27 Jan 2026"))
 	f.Add([]byte("nginx: master process /usr/sbin/nginx -c /etc/nginx/nginx.conf"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseStatm(b)
-		_, _ = parseBtime(b)
+		_, _ = procfs.ParseStatm(b)
+		_, _ = procfs.ParseBtime(b)
 		_ = nginxPidDirective(b)
 		_ = findTLSVersion(b)
 		_, args := nginxTitle(b)

@@ -37,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pqwatch/pqwatch/internal/procfs"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -306,13 +307,9 @@ type Tracker struct {
 // New returns a Tracker. It reads the boot time from ProcRoot/stat.
 func New(cfg Config) (*Tracker, error) {
 	cfg.setDefaults()
-	b, err := os.ReadFile(filepath.Join(cfg.ProcRoot, "stat"))
+	btime, err := procfs.ReadBtime(cfg.ProcRoot)
 	if err != nil {
 		return nil, fmt.Errorf("proctrack: %w", err)
-	}
-	btime, err := parseBtime(b)
-	if err != nil {
-		return nil, err
 	}
 	t := &Tracker{
 		cfg:         cfg,
@@ -610,7 +607,7 @@ func (t *Tracker) Scan() error {
 		if err != nil {
 			continue // exited between readdir and read
 		}
-		st, err := parseStat(b)
+		st, err := procfs.ParseStat(b)
 		if err != nil {
 			t.scanErrors++
 			continue
@@ -620,8 +617,8 @@ func (t *Tracker) Scan() error {
 		if p == nil || p.key != key {
 			p = &proc{key: key}
 		}
-		p.ppid, p.ticks = st.PPID, st.UTime+st.STime
-		p.forkNoExec = st.Flags&pfForkNoExec != 0
+		p.ppid, p.ticks = st.PPID, st.Ticks()
+		p.forkNoExec = st.Flags&procfs.PFForkNoExec != 0
 		if p.comm != st.Comm {
 			p.comm = st.Comm
 		}
@@ -663,7 +660,7 @@ func (t *Tracker) Scan() error {
 			continue
 		}
 		if sb, err := t.readProc(pid, "statm", tracked); err == nil {
-			if rss, err := parseStatm(sb); err == nil {
+			if rss, err := procfs.ParseStatm(sb); err == nil {
 				p.rssPages = rss
 			}
 		}
@@ -1281,7 +1278,7 @@ func (t *Tracker) NoteEmerg(ts time.Time, pid int, msg string) {
 		// before a scan sees it; while it lives, its parent names the
 		// generation that tried the swap.
 		if b, err := t.readFile(t.path(pid, "stat")); err == nil {
-			if st, err := parseStat(b); err == nil {
+			if st, err := procfs.ParseStat(b); err == nil {
 				if m := t.procs[st.PPID]; m != nil && m.role == roleMaster && m.gen != nil && m.gen.key == m.key {
 					g = m.gen
 				}
@@ -1380,7 +1377,7 @@ func (t *Tracker) discoverServers(now time.Time) {
 			if err != nil {
 				return true
 			}
-			if st, err := parseStat(b); err == nil && !t.isNginxComm(st.Comm) {
+			if st, err := procfs.ParseStat(b); err == nil && !t.isNginxComm(st.Comm) {
 				if _, known := t.serverPIDs[pid]; !known {
 					t.lastScan = time.Time{} // the next Tick scans: the server's generation
 				}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pqwatch/pqwatch/internal/procfs"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -314,7 +315,7 @@ func BenchmarkParseStat(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(line)))
 	for b.Loop() {
-		if _, err := parseStat(line); err != nil {
+		if _, err := procfs.ParseStat(line); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -84,7 +84,7 @@ type Sniffer struct {
 	free       []*flow
 	pkt        packet
 	ports      *[1024]uint64 // bitset of Config.Ports, nil = all
-	quic       *quic.Tracker
+	quic       *quic.ConnTable
 	lastExpire time.Time
 	flushing   bool // inside Flush: QUIC connections end as truncated
 	now        time.Time
@@ -143,7 +143,7 @@ func New(cfg Config) *Sniffer {
 			s.ports[p>>6] |= 1 << (p & 63)
 		}
 	}
-	s.quic = quic.NewTracker(quic.Config{
+	s.quic = quic.NewConnTable(quic.Config{
 		MaxConns: cfg.MaxQUICConns,
 		Timeout:  cfg.FlowTimeout,
 		OnConn:   s.quicConn,

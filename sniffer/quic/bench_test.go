@@ -28,9 +28,9 @@ func BenchmarkDecryptInitial(b *testing.B) {
 }
 
 // BenchmarkDatagramInitial measures a client Initial of a tracked connection
-// through the whole Tracker path: lookup, decryption, frames, reassembly.
+// through the whole ConnTable path: lookup, decryption, frames, reassembly.
 func BenchmarkDatagramInitial(b *testing.B) {
-	tr := NewTracker(Config{})
+	tr := NewConnTable(Config{})
 	tc := newTestConn(b, Version1, "bench-cid")
 	tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, handshakeMsg(1, 100))))
 	pkt := tc.client(nil, []byte{FrameACK, 0, 0, 0, 0}, cryptoFrame(0, handshakeMsg(1, 100)[:50]))
@@ -43,7 +43,7 @@ func BenchmarkDatagramInitial(b *testing.B) {
 
 // BenchmarkDatagramNotQUIC measures the rejection of non-QUIC UDP.
 func BenchmarkDatagramNotQUIC(b *testing.B) {
-	tr := NewTracker(Config{})
+	tr := NewConnTable(Config{})
 	dns := unhex(b, "abcd01000001000000000000076578616d706c6503636f6d0000010001")
 	dst := netip.MustParseAddrPort("192.0.2.53:53")
 	b.SetBytes(int64(len(dns)))

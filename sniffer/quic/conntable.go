@@ -5,7 +5,7 @@
 // TLS messages (package tlsparse does) and never decrypts anything beyond the
 // Initial packet number space, whose keys any observer can derive.
 //
-// A Tracker follows connections by client and server address. Its state is
+// A ConnTable follows connections by client and server address. Its state is
 // bounded: a cap on connections (oldest evicted first), a cap on buffered
 // CRYPTO bytes per connection, and an idle timeout. Whatever it drops or
 // cannot read is counted by reason in Stats. After a connection's keys are
@@ -28,7 +28,7 @@ const (
 	DefaultTimeout        = 30 * time.Second
 )
 
-// Config bounds a Tracker and receives its results.
+// Config bounds a ConnTable and receives its results.
 type Config struct {
 	// MaxConns caps tracked connections; when full the least recently seen
 	// one is delivered and evicted. Default DefaultMaxConns.
@@ -48,7 +48,7 @@ type Config struct {
 	OnConn func(*Conn)
 }
 
-// Conn is what a Tracker learned about one QUIC connection's Initial
+// Conn is what a ConnTable learned about one QUIC connection's Initial
 // exchange. It is handed to Config.OnConn once and never modified afterwards.
 type Conn struct {
 	Client, Server netip.AddrPort // Client sent the first Initial
@@ -149,9 +149,10 @@ var statNames = [numStats]string{
 	"evicted", "expired", "closed",
 }
 
-// Tracker follows QUIC connections through their Initial packets. It is not
+// ConnTable is the table of QUIC connections whose Initial packets are being
+// decrypted and reassembled, keyed by client and server address. It is not
 // safe for concurrent use.
-type Tracker struct {
+type ConnTable struct {
 	cfg        Config
 	conns      map[flowKey]*conn
 	head, tail *conn // least and most recently seen
@@ -167,8 +168,8 @@ type Tracker struct {
 	cacheKeys    [2]*Keys
 }
 
-// NewTracker returns a Tracker; zero Config fields take their defaults.
-func NewTracker(cfg Config) *Tracker {
+// NewConnTable returns a ConnTable; zero Config fields take their defaults.
+func NewConnTable(cfg Config) *ConnTable {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = DefaultMaxConns
 	}
@@ -178,7 +179,7 @@ func NewTracker(cfg Config) *Tracker {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Tracker{
+	return &ConnTable{
 		cfg:   cfg,
 		conns: make(map[flowKey]*conn),
 		buf:   make([]byte, 0, 2048),
@@ -187,7 +188,7 @@ func NewTracker(cfg Config) *Tracker {
 
 // Stats returns the counters by reason, plus "conns" (connections tracked
 // now, delivered ones included until they expire).
-func (t *Tracker) Stats() map[string]uint64 {
+func (t *ConnTable) Stats() map[string]uint64 {
 	m := make(map[string]uint64, numStats+1)
 	for i, n := range statNames {
 		m[n] = t.stats[i]
@@ -197,7 +198,7 @@ func (t *Tracker) Stats() map[string]uint64 {
 }
 
 // lookup finds the connection of a datagram and the direction it travels.
-func (t *Tracker) lookup(src, dst netip.AddrPort) (*conn, int) {
+func (t *ConnTable) lookup(src, dst netip.AddrPort) (*conn, int) {
 	if c := t.conns[flowKey{src, dst}]; c != nil {
 		return c, dirClient
 	}
@@ -214,7 +215,7 @@ func (t *Tracker) lookup(src, dst netip.AddrPort) (*conn, int) {
 // of the Timeout, Datagram expires idle connections itself, so offline
 // analysis needs no Expire calls; live capture should still call Expire on a
 // wall-clock ticker for quiet periods.
-func (t *Tracker) Datagram(ts time.Time, src, dst netip.AddrPort, payload []byte) {
+func (t *ConnTable) Datagram(ts time.Time, src, dst netip.AddrPort, payload []byte) {
 	t.stats[statDatagrams]++
 	if ts.Sub(t.lastExpire) >= t.cfg.Timeout/4 || ts.Before(t.lastExpire) {
 		t.Expire(ts)
@@ -297,7 +298,7 @@ func allZero(b []byte) bool {
 
 // initial handles one Initial packet and returns the connection (possibly new)
 // it belongs to.
-func (t *Tracker) initial(ts time.Time, src, dst netip.AddrPort, c *conn, dir int, h *Header, pkt []byte) (*conn, int) {
+func (t *ConnTable) initial(ts time.Time, src, dst netip.AddrPort, c *conn, dir int, h *Header, pkt []byte) (*conn, int) {
 	if c == nil {
 		keys := t.derive(h.Version, h.DCID)
 		if keys[0] == nil {
@@ -385,7 +386,7 @@ func (c *conn) retryMatch(dcid []byte) bool {
 }
 
 // open decrypts with k, counting the outcome.
-func (t *Tracker) open(k *Keys, pkt []byte, h *Header, largest int64) ([]byte, int64, bool) {
+func (t *ConnTable) open(k *Keys, pkt []byte, h *Header, largest int64) ([]byte, int64, bool) {
 	plain, nb, pn, err := k.Open(t.buf, pkt, h, largest)
 	t.buf = nb
 	if err != nil {
@@ -397,7 +398,7 @@ func (t *Tracker) open(k *Keys, pkt []byte, h *Header, largest int64) ([]byte, i
 }
 
 // derive returns the Initial keys of (version, dcid), derived once per DCID.
-func (t *Tracker) derive(version uint32, dcid []byte) [2]*Keys {
+func (t *ConnTable) derive(version uint32, dcid []byte) [2]*Keys {
 	if t.cacheLen >= 0 && t.cacheVersion == version && len(dcid) == t.cacheLen &&
 		subtle.ConstantTimeCompare(dcid, t.cacheDCID[:t.cacheLen]) == 1 && t.cacheKeys[0] != nil {
 		return t.cacheKeys
@@ -416,7 +417,7 @@ func (t *Tracker) derive(version uint32, dcid []byte) [2]*Keys {
 	return t.cacheKeys
 }
 
-func (t *Tracker) newConn(ts time.Time, key flowKey, version uint32, keys [2]*Keys) *conn {
+func (t *ConnTable) newConn(ts time.Time, key flowKey, version uint32, keys [2]*Keys) *conn {
 	t.cacheLen = -1 // the cached keys now belong to the connection
 	for len(t.conns) >= t.cfg.MaxConns && t.head != nil {
 		old := t.head
@@ -441,7 +442,7 @@ func (t *Tracker) newConn(ts time.Time, key flowKey, version uint32, keys [2]*Ke
 }
 
 // frames applies the frames of one decrypted Initial packet.
-func (t *Tracker) frames(c *conn, dir int, ts time.Time, plain []byte) {
+func (t *ConnTable) frames(c *conn, dir int, ts time.Time, plain []byte) {
 	s := &c.streams[dir]
 	carried := false
 	closed := false
@@ -503,7 +504,7 @@ func (t *Tracker) frames(c *conn, dir int, ts time.Time, plain []byte) {
 	}
 }
 
-func (t *Tracker) clientHello(c *conn) {
+func (t *ConnTable) clientHello(c *conn) {
 	s := &c.streams[dirClient]
 	msg, need := s.message(0)
 	if need == 0 {
@@ -535,7 +536,7 @@ var hrrRandom = []byte{
 	0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb, 0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
 }
 
-func (t *Tracker) serverHello(c *conn) {
+func (t *ConnTable) serverHello(c *conn) {
 	s := &c.streams[dirServer]
 	for !c.shDone {
 		msg, need := s.message(c.shOff)
@@ -564,7 +565,7 @@ func (t *Tracker) serverHello(c *conn) {
 
 // deliver hands c to OnConn once; c stays as a tombstone that absorbs the
 // rest of the connection's packets until it expires.
-func (t *Tracker) deliver(c *conn) {
+func (t *ConnTable) deliver(c *conn) {
 	if c.done {
 		return
 	}
@@ -584,7 +585,7 @@ func (t *Tracker) deliver(c *conn) {
 }
 
 // Expire delivers and drops the connections idle since before now-Timeout.
-func (t *Tracker) Expire(now time.Time) {
+func (t *ConnTable) Expire(now time.Time) {
 	limit := now.Add(-t.cfg.Timeout)
 	for c := t.head; c != nil && c.lastSeen.Before(limit); c = t.head {
 		if !c.done {
@@ -596,14 +597,14 @@ func (t *Tracker) Expire(now time.Time) {
 }
 
 // Flush delivers every connection not delivered yet and drops all state.
-func (t *Tracker) Flush() {
+func (t *ConnTable) Flush() {
 	for c := t.head; c != nil; c = t.head {
 		t.deliver(c)
 		t.remove(c)
 	}
 }
 
-func (t *Tracker) touch(c *conn, ts time.Time) {
+func (t *ConnTable) touch(c *conn, ts time.Time) {
 	if ts.After(c.lastSeen) {
 		c.lastSeen = ts
 	}
@@ -614,7 +615,7 @@ func (t *Tracker) touch(c *conn, ts time.Time) {
 	t.pushBack(c)
 }
 
-func (t *Tracker) pushBack(c *conn) {
+func (t *ConnTable) pushBack(c *conn) {
 	c.prev, c.next = t.tail, nil
 	if t.tail != nil {
 		t.tail.next = c
@@ -624,7 +625,7 @@ func (t *Tracker) pushBack(c *conn) {
 	t.tail = c
 }
 
-func (t *Tracker) unlink(c *conn) {
+func (t *ConnTable) unlink(c *conn) {
 	if c.prev != nil {
 		c.prev.next = c.next
 	} else {
@@ -638,7 +639,7 @@ func (t *Tracker) unlink(c *conn) {
 	c.prev, c.next = nil, nil
 }
 
-func (t *Tracker) remove(c *conn) {
+func (t *ConnTable) remove(c *conn) {
 	t.unlink(c)
 	delete(t.conns, c.key)
 }

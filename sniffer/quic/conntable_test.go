@@ -18,20 +18,20 @@ type collector struct{ conns []*Conn }
 
 func (c *collector) on(x *Conn) { c.conns = append(c.conns, x) }
 
-func newTestTracker(cfg Config) (*Tracker, *collector) {
+func newTestTable(cfg Config) (*ConnTable, *collector) {
 	col := &collector{}
 	cfg.OnConn = col.on
-	return NewTracker(cfg), col
+	return NewConnTable(cfg), col
 }
 
-func TestTrackerRFC(t *testing.T) {
+func TestConnTableRFC(t *testing.T) {
 	for _, v := range []struct {
 		name        string
 		client, srv string
 		version     uint32
 	}{{"v1", rfcClientV1, rfcServerV1, Version1}, {"v2", rfcClientV2, rfcServerV2, Version2}} {
 		t.Run(v.name, func(t *testing.T) {
-			tr, col := newTestTracker(Config{})
+			tr, col := newTestTable(Config{})
 			tr.Datagram(t0, cliAddr, srvAddr, unhex(t, v.client))
 			if len(col.conns) != 0 {
 				t.Fatal("delivered before the ServerHello")
@@ -95,7 +95,7 @@ func (tc *testConn) server(frames ...[]byte) []byte {
 	return sealPacket(tc.t, tc.sk, tc.version, PacketInitial, []byte("cli"), []byte("srv-cid"), nil, tc.pn[1], bytes.Join(frames, nil), 0)
 }
 
-func TestTrackerReassembly(t *testing.T) {
+func TestConnTableReassembly(t *testing.T) {
 	ch := handshakeMsg(1, 3000) // a hybrid-PQ sized ClientHello
 	sh := handshakeMsg(2, 1200)
 	// Three client packets; frames out of order, overlapping, one gap filled
@@ -108,7 +108,7 @@ func TestTrackerReassembly(t *testing.T) {
 	s1 := tc.server([]byte{FrameACK, 1, 0, 0, 0}, cryptoFrame(600, sh[600:]))
 	s2 := tc.server(cryptoFrame(0, sh[:600]))
 
-	tr, col := newTestTracker(Config{})
+	tr, col := newTestTable(Config{})
 	tr.Datagram(t0, cliAddr, srvAddr, p2)
 	tr.Datagram(t0.Add(1), cliAddr, srvAddr, p1)
 	tr.Datagram(t0.Add(2), srvAddr, cliAddr, s1)
@@ -133,7 +133,7 @@ func TestTrackerReassembly(t *testing.T) {
 	}
 }
 
-func TestTrackerCoalesced(t *testing.T) {
+func TestConnTableCoalesced(t *testing.T) {
 	for _, version := range []uint32{Version1, Version2} {
 		tc := newTestConn(t, version, "coalesce")
 		ch := handshakeMsg(1, 500)
@@ -145,7 +145,7 @@ func TestTrackerCoalesced(t *testing.T) {
 		short := []byte{0x40, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}
 		sDgram := append(append(sInit, hs...), short...)
 
-		tr, col := newTestTracker(Config{})
+		tr, col := newTestTable(Config{})
 		tr.Datagram(t0, cliAddr, srvAddr, dgram)
 		tr.Datagram(t0, srvAddr, cliAddr, sDgram)
 		st := tr.Stats()
@@ -158,7 +158,7 @@ func TestTrackerCoalesced(t *testing.T) {
 	}
 }
 
-func TestTrackerRetry(t *testing.T) {
+func TestConnTableRetry(t *testing.T) {
 	ch := handshakeMsg(1, 1500)
 	tc := newTestConn(t, Version1, "original")
 	a1 := tc.client(nil, cryptoFrame(0, ch[:1000]))
@@ -176,7 +176,7 @@ func TestTrackerRetry(t *testing.T) {
 	b2 := tc.client([]byte("token-bytes"), cryptoFrame(1000, ch[1000:]))
 	sh := tc.server(cryptoFrame(0, handshakeMsg(2, 90)))
 
-	tr, col := newTestTracker(Config{})
+	tr, col := newTestTable(Config{})
 	tr.Datagram(t0, cliAddr, srvAddr, a1)
 	tr.Datagram(t0, cliAddr, srvAddr, a2)
 	tr.Datagram(t0, srvAddr, cliAddr, retry)
@@ -196,7 +196,7 @@ func TestTrackerRetry(t *testing.T) {
 	}
 }
 
-func TestTrackerVersionNegotiation(t *testing.T) {
+func TestConnTableVersionNegotiation(t *testing.T) {
 	tc := newTestConn(t, Version1, "vn-dcid")
 	p1 := tc.client(nil, cryptoFrame(0, handshakeMsg(1, 300)))
 	vn := []byte{0x80, 0, 0, 0, 0, 3, 'c', 'l', 'i', 7}
@@ -207,7 +207,7 @@ func TestTrackerVersionNegotiation(t *testing.T) {
 	p2 := tc.client(nil, cryptoFrame(0, handshakeMsg(1, 300)))
 	sh := tc.server(cryptoFrame(0, handshakeMsg(2, 90)))
 
-	tr, col := newTestTracker(Config{})
+	tr, col := newTestTable(Config{})
 	tr.Datagram(t0, cliAddr, srvAddr, p1)
 	tr.Datagram(t0, srvAddr, cliAddr, vn)
 	tr.Datagram(t0, cliAddr, srvAddr, p2)
@@ -220,10 +220,10 @@ func TestTrackerVersionNegotiation(t *testing.T) {
 	}
 }
 
-func TestTrackerCloseAndHRR(t *testing.T) {
+func TestConnTableCloseAndHRR(t *testing.T) {
 	t.Run("close", func(t *testing.T) {
 		tc := newTestConn(t, Version1, "close-me")
-		tr, col := newTestTracker(Config{})
+		tr, col := newTestTable(Config{})
 		tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, handshakeMsg(1, 300))))
 		tr.Datagram(t0, srvAddr, cliAddr, tc.server(closeFrame(0x128)))
 		if len(col.conns) != 1 || col.conns[0].Closed != "0x0128" || col.conns[0].ServerHello != nil {
@@ -242,7 +242,7 @@ func TestTrackerCloseAndHRR(t *testing.T) {
 		sh := handshakeMsg(2, 90)
 		ch1, ch2 := handshakeMsg(1, 300), handshakeMsg(1, 1400)
 		tc := newTestConn(t, Version1, "hrr-conn")
-		tr, col := newTestTracker(Config{})
+		tr, col := newTestTable(Config{})
 		tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, ch1)))
 		tr.Datagram(t0, srvAddr, cliAddr, tc.server(cryptoFrame(0, hrr)))
 		tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(uint64(len(ch1)), ch2)))
@@ -257,8 +257,8 @@ func TestTrackerCloseAndHRR(t *testing.T) {
 	})
 }
 
-func TestTrackerNotQUIC(t *testing.T) {
-	tr, col := newTestTracker(Config{})
+func TestConnTableNotQUIC(t *testing.T) {
+	tr, col := newTestTable(Config{})
 	dns := unhex(t, "abcd01000001000000000000076578616d706c6503636f6d0000010001")
 	for _, p := range [][]byte{
 		nil, dns, {0xff}, bytes.Repeat([]byte{0xc0}, 1200),
@@ -278,9 +278,9 @@ func TestTrackerNotQUIC(t *testing.T) {
 	}
 }
 
-func TestTrackerBounds(t *testing.T) {
+func TestConnTableBounds(t *testing.T) {
 	t.Run("max conns", func(t *testing.T) {
-		tr, col := newTestTracker(Config{MaxConns: 2})
+		tr, col := newTestTable(Config{MaxConns: 2})
 		for i := range 3 {
 			tc := newTestConn(t, Version1, "conn-"+string(rune('a'+i)))
 			src := netip.AddrPortFrom(cliAddr.Addr(), uint16(1000+i))
@@ -292,7 +292,7 @@ func TestTrackerBounds(t *testing.T) {
 		}
 	})
 	t.Run("crypto cap", func(t *testing.T) {
-		tr, col := newTestTracker(Config{MaxCryptoBytes: 1024})
+		tr, col := newTestTable(Config{MaxCryptoBytes: 1024})
 		tc := newTestConn(t, Version1, "big-hello")
 		ch := handshakeMsg(1, 2000)
 		tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, ch[:1000])))
@@ -306,7 +306,7 @@ func TestTrackerBounds(t *testing.T) {
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {
-		tr, col := newTestTracker(Config{Timeout: time.Second})
+		tr, col := newTestTable(Config{Timeout: time.Second})
 		tc := newTestConn(t, Version1, "slowpoke")
 		tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, handshakeMsg(1, 100))))
 		tr.Expire(t0.Add(500 * time.Millisecond))
@@ -322,7 +322,7 @@ func TestTrackerBounds(t *testing.T) {
 		}
 	})
 	t.Run("auto expire", func(t *testing.T) {
-		tr, col := newTestTracker(Config{Timeout: time.Second})
+		tr, col := newTestTable(Config{Timeout: time.Second})
 		tc := newTestConn(t, Version1, "first")
 		tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, handshakeMsg(1, 100))))
 		other := newTestConn(t, Version1, "second")
@@ -333,8 +333,8 @@ func TestTrackerBounds(t *testing.T) {
 	})
 }
 
-func TestTrackerReusedTuple(t *testing.T) {
-	tr, col := newTestTracker(Config{})
+func TestConnTableReusedTuple(t *testing.T) {
+	tr, col := newTestTable(Config{})
 	a := newTestConn(t, Version1, "conn-one")
 	b := newTestConn(t, Version1, "conn-two")
 	tr.Datagram(t0, cliAddr, srvAddr, a.client(nil, cryptoFrame(0, handshakeMsg(1, 100))))
@@ -351,8 +351,8 @@ func TestTrackerReusedTuple(t *testing.T) {
 	}
 }
 
-func TestTrackerZeroAllocs(t *testing.T) {
-	tr, _ := newTestTracker(Config{})
+func TestConnTableZeroAllocs(t *testing.T) {
+	tr, _ := newTestTable(Config{})
 	tc := newTestConn(t, Version1, "alloc-free")
 	tr.Datagram(t0, cliAddr, srvAddr, tc.client(nil, cryptoFrame(0, handshakeMsg(1, 100))))
 	ack := tc.client(nil, []byte{FrameACK, 0, 0, 0, 0}, cryptoFrame(0, handshakeMsg(1, 100)[:50]))

@@ -153,8 +153,8 @@ func keyShareGroups(msg []byte) ([]uint16, error) {
 }
 
 // runCapture feeds every UDP payload of a pcap or pcapng file to a fresh
-// Tracker and returns the delivered connections.
-func runCapture(t *testing.T, path string) ([]*Conn, *Tracker) {
+// ConnTable and returns the delivered connections.
+func runCapture(t *testing.T, path string) ([]*Conn, *ConnTable) {
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func runCapture(t *testing.T, path string) ([]*Conn, *Tracker) {
 		src, link = r, r.LinkType()
 	}
 	var conns []*Conn
-	tr := NewTracker(Config{OnConn: func(c *Conn) { conns = append(conns, c) }})
+	tr := NewConnTable(Config{OnConn: func(c *Conn) { conns = append(conns, c) }})
 	for {
 		data, ci, err := src.ReadPacketData()
 		if errors.Is(err, io.EOF) {

@@ -24,7 +24,7 @@ func fuzzSeeds(t testing.TB) [][]byte {
 	return seeds
 }
 
-// FuzzDatagram: Tracker.Datagram never panics, whatever the bytes and
+// FuzzDatagram: ConnTable.Datagram never panics, whatever the bytes and
 // direction, and never tracks a connection from bytes that do not decrypt.
 func FuzzDatagram(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
@@ -32,7 +32,7 @@ func FuzzDatagram(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		delivered := 0
-		tr := NewTracker(Config{MaxConns: 4, MaxCryptoBytes: 4096, OnConn: func(*Conn) { delivered++ }})
+		tr := NewConnTable(Config{MaxConns: 4, MaxCryptoBytes: 4096, OnConn: func(*Conn) { delivered++ }})
 		orig := bytes.Clone(data)
 		tr.Datagram(t0, cliAddr, srvAddr, data)
 		tr.Datagram(t0, srvAddr, cliAddr, data)
@@ -79,7 +79,7 @@ func FuzzDecryptInitial(f *testing.F) {
 		if len(data) > 4000 {
 			data = data[:4000]
 		}
-		tr := NewTracker(Config{MaxCryptoBytes: 2048})
+		tr := NewConnTable(Config{MaxCryptoBytes: 2048})
 		dcid := unhex(t, rfcDCID)
 		tr.Datagram(t0, cliAddr, srvAddr, sealPacket(t, ck, Version1, PacketInitial, dcid, nil, nil, 0, data, 1200))
 		tr.Datagram(t0, srvAddr, cliAddr, sealPacket(t, sk, Version1, PacketInitial, nil, nil, nil, 0, data, 0))

@@ -128,7 +128,7 @@ func TestOpenRFCVectors(t *testing.T) {
 
 func TestSealRoundTrip(t *testing.T) {
 	// The test sealer must reproduce the RFC client packet: it guards the
-	// synthetic packets the tracker tests build.
+	// synthetic packets the ConnTable tests build.
 	ck, _, err := DeriveInitialKeys(Version1, unhex(t, rfcDCID))
 	if err != nil {
 		t.Fatal(err)
