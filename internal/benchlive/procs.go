@@ -6,7 +6,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pqwatch/pqwatch/internal/procfs"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 )
 
@@ -159,24 +159,11 @@ func schedNs(pid int, kids bool) uint64 {
 // cpuTicks is utime+stime of pid from /proc/PID/stat, in clock ticks
 // (USER_HZ = 100 on Linux).
 func cpuTicks(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procfs.ReadStat("/proc", pid)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no comm", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64) // field 14
-	s, err2 := strconv.ParseUint(f[12], 10, 64) // field 15
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return u + s, nil
+	return st.Ticks(), nil
 }
 
 const tickUs = 10_000
