@@ -105,16 +105,12 @@ type Agent struct {
 	pipe    *pipeline.Pipeline
 	lines   logparse.LineCounters
 
-	lastPanics uint64 // mirrorPanics' previous reading
-
-	lastAmbiguous, lastTooLong uint64 // mirrorJoinCounters' previous readings
 }
 
 // worker owns one Sniffer; mu serialises packets and the expiry ticker.
 type worker struct {
-	mu   sync.Mutex
-	sn   *sniffer.Sniffer
-	last sniffer.Stats
+	mu sync.Mutex
+	sn *sniffer.Sniffer
 }
 
 // New builds an agent; nothing runs until Run. On error it closes what it
@@ -202,6 +198,11 @@ func New(cfg Config) (a *Agent, err error) {
 		a.workers = append(a.workers, w)
 	}
 	a.reg.MustRegister(exporter.NewCaptureCollector(a.captureStats))
+	a.metrics.ParseErrorsFrom(a.parseErrors)
+	a.metrics.LogLinesFrom(a.tooLongLines)
+	if a.joiner != nil {
+		a.metrics.LogJoinsFrom(a.joinCounts)
+	}
 	return a, nil
 }
 
@@ -271,17 +272,6 @@ func (c *joinCheck) Process(r *record.Handshake) {
 	c.next(r)
 }
 
-// mirrorJoinCounters turns the growth of counters kept elsewhere into
-// metrics: handshakes the joiner found ambiguous, and lines the tailers
-// skipped as over-long. Called from one goroutine (the ticker).
-func (a *Agent) mirrorJoinCounters() {
-	st := a.joiner.Stats()
-	a.metrics.AddLogJoins(exporter.JoinAmbiguous, st.AmbiguousHandshakes-a.lastAmbiguous)
-	a.lastAmbiguous = st.AmbiguousHandshakes
-	tl := a.lines.TooLong.Load()
-	a.metrics.AddLogLines("other", exporter.LogLineSkipped, tl-a.lastTooLong)
-	a.lastTooLong = tl
-}
 
 // JoinStats reports the access-log join (zero when no logs are tailed).
 func (a *Agent) JoinStats() logjoin.Stats {
@@ -343,13 +333,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				for _, w := range a.workers {
 					w.mu.Lock()
 					w.sn.Expire(now)
-					a.countErrors(w, w.sn.Stats())
 					w.mu.Unlock()
 				}
-				a.mirrorPanics()
 				if a.joiner != nil {
 					a.joiner.Tick(now)
-					a.mirrorJoinCounters()
 				}
 			}
 		}
@@ -364,7 +351,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, w := range a.workers {
 		w.mu.Lock()
 		w.sn.Flush()
-		a.countErrors(w, w.sn.Stats())
 		w.mu.Unlock()
 	}
 	// The stages flush in order (attribution, log join), then the sinks
@@ -376,7 +362,6 @@ func (a *Agent) Run(ctx context.Context) error {
 	cancel()
 	stopBG()
 	wg.Wait()
-	a.mirrorPanics() // the ticker has stopped
 	a.closeOpened()
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -391,7 +376,7 @@ func (a *Agent) Run(ctx context.Context) error {
 
 // packet is the capture callback, on worker i's goroutine. A panic is
 // recovered (and logged) by the capture worker, which drops the packet and
-// keeps capturing; mirrorPanics counts it in the metrics. The deferred
+// keeps capturing; parseErrors counts it in the metrics. The deferred
 // unlock keeps the worker's sniffer usable after one.
 func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
 	w := a.workers[i]
@@ -400,31 +385,38 @@ func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
 	w.sn.Packet(ts, link, data)
 }
 
-// mirrorPanics counts the packet-path panics the capture recovered as
-// parse_errors{reason="panic"}. Called from one goroutine (the ticker).
-func (a *Agent) mirrorPanics() {
-	n := a.capt.Panics()
-	a.metrics.AddParseErrors("panic", n-a.lastPanics)
-	a.lastPanics = n
-}
-
-// countErrors turns the growth of a worker's error counters into metrics.
-// The caller holds w.mu.
-func (a *Agent) countErrors(w *worker, st sniffer.Stats) {
-	for reason, n := range st.Errors {
-		if d := n - w.last.Errors[reason]; d > 0 {
-			a.metrics.AddParseErrors(reason, d)
+// parseErrors reports, at scrape time, the workers' sniffer errors by
+// reason (QUIC drops as quic_REASON) and the packet-path panics the capture
+// recovered, as pqwatch_parse_errors_total: the counters stay where they
+// are kept, nothing is copied.
+func (a *Agent) parseErrors(add func(n uint64, labels ...string)) {
+	for _, w := range a.workers {
+		w.mu.Lock()
+		st := w.sn.Stats()
+		w.mu.Unlock()
+		for reason, n := range st.Errors {
+			add(n, reason)
 		}
-	}
-	for reason, n := range st.QUIC {
-		switch reason {
-		case "decrypt_failed", "frame_error", "unknown_version", "malformed", "crypto_overflow", "evicted":
-			if d := n - w.last.QUIC[reason]; d > 0 {
-				a.metrics.AddParseErrors("quic_"+reason, d)
+		for reason, n := range st.QUIC {
+			switch reason {
+			case "decrypt_failed", "frame_error", "unknown_version", "malformed", "crypto_overflow", "evicted":
+				add(n, "quic_"+reason)
 			}
 		}
 	}
-	w.last = st
+	add(a.capt.Panics(), "panic")
+}
+
+// joinCounts reports the joiner's ambiguous handshakes as
+// pqwatch_log_joins_total{result="ambiguous"}.
+func (a *Agent) joinCounts(add func(n uint64, labels ...string)) {
+	add(a.joiner.Stats().AmbiguousHandshakes, exporter.JoinAmbiguous)
+}
+
+// tooLongLines reports the tailers' over-long lines as
+// pqwatch_log_lines_total{source="other",result="skipped"}.
+func (a *Agent) tooLongLines(add func(n uint64, labels ...string)) {
+	add(a.lines.TooLong.Load(), "other", exporter.LogLineSkipped)
 }
 
 func (a *Agent) captureStats() exporter.CaptureStats {

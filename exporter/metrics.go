@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"runtime"
+	"slices"
 	"runtime/debug"
 	"sync/atomic"
 
@@ -160,10 +161,9 @@ type Metrics struct {
 	pqOffered      prometheus.Counter
 
 	forecast    map[string]prometheus.Counter
-	parseErrors map[string]prometheus.Counter
-	parseOther  prometheus.Counter
-	logLines    map[[2]string]prometheus.Counter
-	joins       map[string]prometheus.Counter
+	parseErrors *sourcedCounter
+	logLines    *sourcedCounter
+	joins       *sourcedCounter
 	kafka       map[string]prometheus.Counter
 }
 
@@ -221,29 +221,31 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	}, []string{"outcome"})
 	m.forecast = resolveCounters(forecastVec, forecastValues)
 
-	parseVec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "parse_errors_total",
-		Help: "Captured input that could not be parsed, by reason.",
-	}, []string{"reason"})
-	m.parseErrors = resolveCounters(parseVec, cfg.parseReasons)
-	m.parseOther = parseVec.WithLabelValues(labelOther)
+	parseSeries := seriesOf(append(append([]string(nil), cfg.parseReasons...), labelOther))
+	m.parseErrors = newSourcedCounter("parse_errors_total", "Captured input that could not be parsed, by reason.",
+		[]string{"reason"}, parseSeries, func([]string) int { return len(parseSeries) - 1 })
 
-	logVec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "log_lines_total",
-		Help: "Access and error log lines read, by source and result.",
-	}, []string{"source", "result"})
-	m.logLines = make(map[[2]string]prometheus.Counter, len(logSourceValues)*len(logResultValues))
-	for _, s := range logSourceValues {
+	var lineSeries [][]string
+	for _, src := range logSourceValues {
 		for _, r := range logResultValues {
-			m.logLines[[2]string{s, r}] = logVec.WithLabelValues(s, r)
+			lineSeries = append(lineSeries, []string{src, r})
 		}
 	}
+	m.logLines = newSourcedCounter("log_lines_total", "Access and error log lines read, by source and result.",
+		[]string{"source", "result"}, lineSeries, func(l []string) int {
+			// An unknown source counts as "other", an unknown result too.
+			si, ri := slices.Index(logSourceValues, l[0]), slices.Index(logResultValues, l[1])
+			if si < 0 {
+				si = len(logSourceValues) - 1
+			}
+			if ri < 0 {
+				ri = len(logResultValues) - 1
+			}
+			return si*len(logResultValues) + ri
+		})
 
-	joinVec := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: namespace, Name: "log_joins_total",
-		Help: "Attempts to join a handshake record with an access-log line, by result.",
-	}, []string{"result"})
-	m.joins = resolveCounters(joinVec, joinValues)
+	m.joins = newSourcedCounter("log_joins_total", "Attempts to join a handshake record with an access-log line, by result.",
+		[]string{"result"}, seriesOf(joinValues), nil)
 
 	kafkaVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "kafka_messages_total",
@@ -260,7 +262,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	m.initSeries()
 
 	reg.MustRegister(m.handshakes, clientHelloVec, m.serverHelloVec, m.segments, m.rtt,
-		m.pqOffered, forecastVec, parseVec, logVec, joinVec, kafkaVec, buildInfoGauge)
+		m.pqOffered, forecastVec, m.parseErrors, m.logLines, m.joins, kafkaVec, buildInfoGauge)
 	return m
 }
 
@@ -356,68 +358,27 @@ func (m *Metrics) ObserveForecast(outcome string) {
 
 // ParseError counts one parse error. A reason outside the configured set is
 // counted as "other".
-func (m *Metrics) ParseError(reason string) {
-	if c, ok := m.parseErrors[reason]; ok {
-		c.Inc()
-		return
-	}
-	m.parseOther.Inc()
-}
+func (m *Metrics) ParseError(reason string) { m.parseErrors.add(1, reason) }
 
-// AddParseErrors adds n parse errors of reason (counters mirrored from a
-// sniffer's own tallies). A reason outside the configured set is counted
-// as "other".
-func (m *Metrics) AddParseErrors(reason string, n uint64) {
-	if n == 0 {
-		return
-	}
-	if c, ok := m.parseErrors[reason]; ok {
-		c.Add(float64(n))
-		return
-	}
-	m.parseOther.Add(float64(n))
-}
+// ParseErrorsFrom adds a source of parse errors by reason (a sniffer's own
+// counters), read at every scrape.
+func (m *Metrics) ParseErrorsFrom(src CounterSource) { m.parseErrors.addSource(src) }
 
 // LogLine counts one log line by source (LogSource*) and result (LogLine*).
 // Values outside those sets are counted as "other".
-func (m *Metrics) LogLine(source, result string) {
-	if _, ok := m.logLines[[2]string{source, LogLineOK}]; !ok {
-		source = labelOther
-	}
-	c, ok := m.logLines[[2]string{source, result}]
-	if !ok {
-		c = m.logLines[[2]string{source, labelOther}]
-	}
-	c.Inc()
-}
+func (m *Metrics) LogLine(source, result string) { m.logLines.add(1, source, result) }
+
+// LogLinesFrom adds a source of log line counts by source and result (a
+// tailer's over-long lines), read at every scrape.
+func (m *Metrics) LogLinesFrom(src CounterSource) { m.logLines.addSource(src) }
 
 // LogJoin counts one join attempt; result is one of the Join* constants.
 // Other values are ignored.
-func (m *Metrics) LogJoin(result string) {
-	m.AddLogJoins(result, 1)
-}
+func (m *Metrics) LogJoin(result string) { m.joins.add(1, result) }
 
-// AddLogJoins adds n to pqwatch_log_joins_total{result}.
-func (m *Metrics) AddLogJoins(result string, n uint64) {
-	if c, ok := m.joins[result]; ok && n > 0 {
-		c.Add(float64(n))
-	}
-}
-
-// AddLogLines adds n to pqwatch_log_lines_total{source,result}.
-func (m *Metrics) AddLogLines(source, result string, n uint64) {
-	if n == 0 {
-		return
-	}
-	if _, ok := m.logLines[[2]string{source, LogLineOK}]; !ok {
-		source = labelOther
-	}
-	c, ok := m.logLines[[2]string{source, result}]
-	if !ok {
-		c = m.logLines[[2]string{source, labelOther}]
-	}
-	c.Add(float64(n))
-}
+// LogJoinsFrom adds a source of join results (a joiner's own counters),
+// read at every scrape.
+func (m *Metrics) LogJoinsFrom(src CounterSource) { m.joins.addSource(src) }
 
 // KafkaMessages adds n to pqwatch_kafka_messages_total{result}; result is one
 // of the Kafka* constants. Other values are ignored. A nil *Metrics is a

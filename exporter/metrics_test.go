@@ -147,7 +147,7 @@ func TestMetricsLabelsBounded(t *testing.T) {
 			t.Errorf("%s: %d series, want %d", name, got, want)
 		}
 	}
-	if got := testutil.ToFloat64(m.parseOther); got != 5000 {
+	if got := m.parseErrors.totals()[len(DefaultParseErrorReasons)]; got != 5000 {
 		t.Errorf("parse errors other = %v", got)
 	}
 }
@@ -201,7 +201,7 @@ pqwatch_kafka_messages_total{result="spooled"} 0
 	}{
 		{"nginx", "ok", 1}, {"caddy", "malformed", 1}, {"caddy", "other", 1}, {"nginx_error", "skipped", 0},
 	} {
-		if got := testutil.ToFloat64(m.logLines[[2]string{tc.source, tc.result}]); got != tc.want {
+		if got := float64(m.logLines.totals()[m.logLines.find([]string{tc.source, tc.result})]); got != tc.want {
 			t.Errorf("log_lines{%s,%s} = %v, want %v", tc.source, tc.result, got, tc.want)
 		}
 	}
