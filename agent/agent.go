@@ -238,7 +238,10 @@ func revision() string {
 
 func parseReasons() []string {
 	r := append([]string(nil), sniffer.ErrorReasons()...)
-	return append(r, "quic_decrypt_failed", "quic_frame_error", "quic_unknown_version", "quic_malformed", "quic_crypto_overflow", "quic_evicted", "panic")
+	for _, q := range pipeline.QUICErrors {
+		r = append(r, "quic_"+q)
+	}
+	return append(r, "panic")
 }
 
 // joinCheck follows the log join: it counts joins and lets the instrument
@@ -394,15 +397,11 @@ func (a *Agent) parseErrors(add func(n uint64, labels ...string)) {
 		w.mu.Lock()
 		st := w.sn.Stats()
 		w.mu.Unlock()
-		for reason, n := range st.Errors {
-			add(n, reason)
-		}
-		for reason, n := range st.QUIC {
-			switch reason {
-			case "decrypt_failed", "frame_error", "unknown_version", "malformed", "crypto_overflow", "evicted":
-				add(n, "quic_"+reason)
+		pipeline.SnifferErrors(st, func(n uint64, reason string) {
+			if reason != "flows_evicted" { // pqwatch_flows_evicted_total has them
+				add(n, reason)
 			}
-		}
+		})
 	}
 	add(a.capt.Panics(), "panic")
 }

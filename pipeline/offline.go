@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/record"
@@ -125,29 +126,30 @@ func fileErrReason(err error) string {
 	return "file_error"
 }
 
-// AddSnifferErrors adds a sniffer's error counters to a summary's errors:
-// parse errors by reason, QUIC drops as quic_REASON, and flows evicted from
-// a full table. analyze and run report the same reasons.
+// AddSnifferErrors adds a sniffer's error counters to a summary's errors
+// (SnifferErrors): analyze, run and the metrics report the same reasons.
 func AddSnifferErrors(errs map[string]uint64, st sniffer.Stats) {
-	for k, v := range st.Errors {
-		errs[k] += v
-	}
-	for k, v := range st.QUIC {
-		if isQUICDrop(k) && v > 0 {
-			errs["quic_"+k] += v
+	SnifferErrors(st, func(n uint64, reason string) {
+		if n > 0 || !strings.HasPrefix(reason, "quic_") && reason != "flows_evicted" {
+			errs[reason] += n
 		}
-	}
-	if st.FlowsEvicted > 0 {
-		errs["flows_evicted"] += st.FlowsEvicted
-	}
+	})
 }
 
-// isQUICDrop tells which QUIC counters are drops or errors (not totals such
-// as "conns").
-func isQUICDrop(k string) bool {
-	switch k {
-	case "decrypt_failed", "frame_error", "unexpected_frame", "malformed", "crypto_overflow", "bad_handshake", "evicted":
-		return true
+// SnifferErrors reports a sniffer's error counters by reason: parse errors
+// as the sniffer names them, QUIC packets that could not be used as
+// quic_REASON, and flows evicted from a full table as flows_evicted.
+func SnifferErrors(st sniffer.Stats, add func(n uint64, reason string)) {
+	for k, v := range st.Errors {
+		add(v, k)
 	}
-	return false // totals and normal events: datagrams, conns, retry, skipped packets...
+	for _, k := range QUICErrors {
+		add(st.QUIC[k], "quic_"+k)
+	}
+	add(st.FlowsEvicted, "flows_evicted")
 }
+
+// QUICErrors are the QUIC counters that count packets that could not be
+// used; the others are totals and normal events (datagrams, connections,
+// retries, version negotiation, skipped Handshake and 0-RTT packets).
+var QUICErrors = []string{"decrypt_failed", "frame_error", "unexpected_frame", "malformed", "unknown_version", "crypto_overflow", "bad_handshake", "evicted"}
