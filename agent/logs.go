@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,18 +33,20 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 			}
 		}()
 	}
-	access := func(path string, lr *logjoin.LineReader) {
+	access := func(path, how string, lr *logjoin.LineReader) {
 		src := lr.Source()
+		m := matchCheck{path: path, how: how, lr: lr, log: a.log}
 		run(path, func(line []byte, _ time.Time) {
-			l, res := lr.Read(line)
+			l, res, why := lr.ReadWhy(line)
+			m.add(line, res, why)
 			a.accessLine(src, l, res)
 		})
 	}
 	for _, nl := range a.cfg.NginxLogs {
-		access(nl.Path, logjoin.NewNginxReader(nl.Format))
+		access(nl.Path, nl.How, logjoin.NewNginxReader(nl.Format))
 	}
 	for _, p := range a.cfg.CaddyLogs {
-		access(p, logjoin.NewCaddyReader())
+		access(p, "", logjoin.NewCaddyReader())
 	}
 	for _, p := range a.cfg.NginxErrorLogs {
 		var e logparse.ErrorLine
@@ -75,5 +78,40 @@ func (a *Agent) accessLine(source string, l logjoin.Line, res logjoin.LineResult
 	default:
 		a.metrics.LogLine(source, exporter.LogLineOK)
 		a.joiner.AddLine(l, time.Now())
+	}
+}
+
+// matchCheck watches the first lines a tailer reads from an access log and
+// warns once when under 90% of them can be joined: which file, the format,
+// the first failing line and why, and what to pass instead.
+type matchCheck struct {
+	path, how string
+	lr        *logjoin.LineReader
+	log       *slog.Logger
+	n, good   int
+	firstBad  string
+	firstErr  error
+}
+
+const matchSample = 100
+
+func (m *matchCheck) add(line []byte, res logjoin.LineResult, why error) {
+	if m.n >= matchSample || len(line) == 0 {
+		return
+	}
+	m.n++
+	if res == logjoin.LineOK {
+		m.good++
+	} else if m.firstErr == nil {
+		m.firstBad, m.firstErr = string(line[:min(len(line), 200)]), why
+	}
+	if m.n == matchSample && m.good*10 < m.n*9 {
+		hint := "pass its format: -nginx-conf FILE, -nginx-log-as NAME=" + m.path + ", or -nginx-log-format 'DEFINITION'"
+		if m.lr.Source() == logjoin.SourceCaddy {
+			hint = "-caddy-log reads Caddy's JSON access log (the http.log.access logger, format json)"
+		}
+		m.log.Warn("access log matches badly: its handshakes will not be joined", "path", m.path, "source", m.lr.Source(),
+			"format", m.lr.FormatName(), "format_from", m.how, "joinable", m.good, "of", m.n,
+			"first_failing_line", m.firstBad, "reason", m.firstErr, "fix", hint)
 	}
 }

@@ -3,6 +3,7 @@ package logjoin
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -47,29 +48,48 @@ func (lr *LineReader) Source() string { return lr.source }
 
 // Read parses one line.
 func (lr *LineReader) Read(b []byte) (Line, LineResult) {
+	l, res, _ := lr.ReadWhy(b)
+	return l, res
+}
+
+// ErrNoJoinKey: the line parsed but has no client address or time.
+var ErrNoJoinKey = errors.New("logjoin: no client address or time to join by")
+
+// ReadWhy parses one line and says why it failed.
+func (lr *LineReader) ReadWhy(b []byte) (Line, LineResult, error) {
 	var l Line
 	var ok bool
 	if lr.source == SourceCaddy {
-		if logparse.ParseCaddyLine(b, &lr.cl) != nil {
-			return Line{}, LineMalformed
+		if err := logparse.ParseCaddyLine(b, &lr.cl); err != nil {
+			return Line{}, LineMalformed, err
 		}
 		l, ok = FromCaddy(&lr.cl)
 	} else {
-		if lr.format.Parse(b, &lr.nl) != nil {
-			return Line{}, LineMalformed
+		if err := lr.format.Parse(b, &lr.nl); err != nil {
+			return Line{}, LineMalformed, err
 		}
 		l, ok = FromNginx(&lr.nl)
 	}
 	if !ok {
-		return Line{}, LineUnusable
+		return Line{}, LineUnusable, ErrNoJoinKey
 	}
-	return l, LineOK
+	return l, LineOK, nil
+}
+
+// FormatName is the name of the nginx format the reader parses with ("" for
+// Caddy).
+func (lr *LineReader) FormatName() string {
+	if lr.format == nil {
+		return ""
+	}
+	return lr.format.Name
 }
 
 // NginxLog is an nginx access log and the format it is written in.
 type NginxLog struct {
 	Path   string
 	Format *logparse.Format // nil: combined
+	How    string           // how the format was chosen, for the summary and warnings
 }
 
 // Files are the logs of an offline analysis.
@@ -82,8 +102,23 @@ type Files struct {
 // Empty reports whether there is nothing to read.
 func (f Files) Empty() bool { return len(f.Nginx)+len(f.Caddy) == 0 && f.ErrorLog == "" }
 
+// LogFile is what reading one access log found.
+type LogFile struct {
+	Path   string
+	Source string // SourceNginx or SourceCaddy
+	Format string // the nginx log_format name it was read with
+	How    string // how that format was chosen
+	Lines  int    // non-empty lines
+	Good   int    // lines that parsed and can be joined
+	// The first line that did not (1-based), and why.
+	FirstBad     int
+	FirstBadText string
+	FirstBadErr  error
+}
+
 // FileResult is what reading and joining the files found.
 type FileResult struct {
+	Logs      []LogFile      // one per access log, in the order given
 	Lines     map[string]int // source -> non-empty lines read
 	Malformed map[string]int // source -> lines that do not parse or cannot be joined
 	Unmatched map[string]int // source -> lines no handshake joined
@@ -129,28 +164,37 @@ func (b *BatchStage) Result() FileResult { return b.result }
 func (f Files) Join(recs []*record.Handshake) FileResult {
 	res := FileResult{Lines: map[string]int{}, Malformed: map[string]int{}, Unmatched: map[string]int{}}
 	var lines []Line
-	read := func(path string, lr *LineReader) {
+	read := func(path, how string, lr *LineReader) {
+		lf := LogFile{Path: path, Source: lr.source, Format: lr.FormatName(), How: how}
+		n := 0
 		err := eachLine(path, func(b []byte) {
+			n++
 			if len(b) == 0 {
 				return
 			}
+			lf.Lines++
 			res.Lines[lr.source]++
-			l, r := lr.Read(b)
+			l, r, why := lr.ReadWhy(b)
 			if r != LineOK {
 				res.Malformed[lr.source]++
+				if lf.FirstBad == 0 {
+					lf.FirstBad, lf.FirstBadText, lf.FirstBadErr = n, string(b[:min(len(b), 200)]), why
+				}
 				return
 			}
+			lf.Good++
 			lines = append(lines, l)
 		})
 		if err != nil {
 			res.ReadErrors = append(res.ReadErrors, fmt.Errorf("%s: %w", path, err))
 		}
+		res.Logs = append(res.Logs, lf)
 	}
 	for _, l := range f.Nginx {
-		read(l.Path, NewNginxReader(l.Format))
+		read(l.Path, l.How, NewNginxReader(l.Format))
 	}
 	for _, p := range f.Caddy {
-		read(p, NewCaddyReader())
+		read(p, "", NewCaddyReader())
 	}
 	if f.ErrorLog != "" {
 		var el logparse.ErrorLine

@@ -103,6 +103,14 @@ func addFileResult(sum *report.Summary, fr logjoin.FileResult, stderr io.Writer)
 		sum.LogLines[src] += n
 	}
 	sum.ServerErrors = append(sum.ServerErrors, fr.ServerErrors...)
+	for _, l := range fr.Logs {
+		lf := report.LogFile{Path: l.Path, Source: l.Source, Format: l.Format, How: l.How, Lines: l.Lines, Joinable: l.Good, FirstBad: l.FirstBad}
+		if l.FirstBadErr != nil {
+			lf.BadReason = l.FirstBadErr.Error()
+		}
+		sum.Logs = append(sum.Logs, lf)
+		warnLogMatch(stderr, l)
+	}
 	if !fr.Joined {
 		return
 	}
@@ -113,6 +121,32 @@ func addFileResult(sum *report.Summary, fr logjoin.FileResult, stderr io.Writer)
 	}
 	for src, n := range fr.Unmatched {
 		sum.LogUnmatched[src] += n
+	}
+}
+
+// warnLogMatch says on stderr when an access log matches badly (under 90%
+// of its lines can be joined): which file, the format tried, the first line
+// that failed and why, and what to pass instead.
+func warnLogMatch(w io.Writer, l logjoin.LogFile) {
+	if l.Lines == 0 {
+		fmt.Fprintf(w, "pqwatch: warning: %s log %s has no lines: nothing to join\n", l.Source, l.Path)
+		return
+	}
+	if l.Good*10 >= l.Lines*9 {
+		return
+	}
+	fmt.Fprintf(w, "pqwatch: warning: %s log %s: only %d of %d lines can be joined", l.Source, l.Path, l.Good, l.Lines)
+	if l.Format != "" {
+		fmt.Fprintf(w, " (read as log_format %q, %s)", l.Format, l.How)
+	}
+	fmt.Fprintf(w, "; first failing line %d: %q: %v\n", l.FirstBad, l.FirstBadText, l.FirstBadErr)
+	switch {
+	case errors.Is(l.FirstBadErr, logjoin.ErrNoJoinKey):
+		fmt.Fprintf(w, "  its lines carry no client address or time: log $remote_addr (and $remote_port, $msec or $time_local)\n")
+	case l.Source == logjoin.SourceNginx:
+		fmt.Fprintf(w, "  pass the format it is written in: -nginx-conf FILE (its log_format lines), -nginx-log-as NAME=%s, or -nginx-log-format 'DEFINITION'\n", l.Path)
+	default:
+		fmt.Fprintf(w, "  -caddy-log reads Caddy's JSON access log (the http.log.access logger, format json)\n")
 	}
 }
 

@@ -81,6 +81,8 @@ type Summary struct {
 	Joins       *JoinStats           `json:"joins,omitempty"`
 	ByHost      map[string]*ShareRow `json:"pq_share_by_host,omitempty"`
 	ByUserAgent map[string]*ShareRow `json:"pq_share_by_user_agent_family,omitempty"`
+	// Logs says how each access log was read (offline).
+	Logs []LogFile `json:"logs,omitempty"`
 	// ServerErrors are severe nginx error-log lines ([emerg], [alert], [crit]).
 	ServerErrors []string `json:"server_errors,omitempty"`
 	// Forecast is the migration forecast section.
@@ -98,6 +100,18 @@ type JoinStats struct {
 	CurveChecked        int            `json:"ssl_curve_checked"`
 	CurveMismatch       int            `json:"ssl_curve_mismatch"`
 	Malformed           map[string]int `json:"malformed_lines"`
+}
+
+// LogFile is how one access log was read.
+type LogFile struct {
+	Path      string `json:"path"`
+	Source    string `json:"source"`           // nginx or caddy
+	Format    string `json:"format,omitempty"` // the nginx log_format it was read with
+	How       string `json:"format_from,omitempty"`
+	Lines     int    `json:"lines"`
+	Joinable  int    `json:"joinable_lines"` // parsed, with a client address and time
+	FirstBad  int    `json:"first_bad_line,omitempty"`
+	BadReason string `json:"first_bad_reason,omitempty"`
 }
 
 // ShareRow is the PQ share of one host or user-agent family.
@@ -358,6 +372,13 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  joined %d, unmatched handshakes %d, ambiguous %d\n", j.Joined, j.UnmatchedHandshakes, j.Ambiguous)
 		for _, src := range sortedKeys(s.LogLines) {
 			fmt.Fprintf(&b, "  %-6s lines %d, unmatched lines %d, malformed %d\n", src, s.LogLines[src], s.LogUnmatched[src], j.Malformed[src])
+		}
+		for _, l := range s.Logs {
+			how := ""
+			if l.Format != "" {
+				how = fmt.Sprintf(" as log_format %q (%s)", l.Format, l.How)
+			}
+			fmt.Fprintf(&b, "  %s: %d of %d lines joinable%s\n", l.Path, l.Joinable, l.Lines, how)
 		}
 		if j.CurveChecked > 0 {
 			fmt.Fprintf(&b, "  self-check: $ssl_curve vs wire group: %d checked, %d mismatches\n", j.CurveChecked, j.CurveMismatch)

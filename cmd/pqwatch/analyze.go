@@ -32,6 +32,7 @@ func (l *listFlag) Set(v string) error {
 // commonFlags are the flags shared by analyze and run.
 type commonFlags struct {
 	nginxLogs     listFlag
+	nginxLogsAs   listFlag
 	caddyLogs     listFlag
 	nginxConf     string
 	nginxLogFmt   string
@@ -44,10 +45,11 @@ type commonFlags struct {
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
-	fs.Var(&c.nginxLogs, "nginx-log", "nginx access log `FILE` to join (repeatable)")
+	fs.Var(&c.nginxLogs, "nginx-log", "nginx access log `FILE` to join (repeatable); its format: -nginx-log-format, else the conf's access_log line for the path, else the conf format its lines parse in, else combined")
+	fs.Var(&c.nginxLogsAs, "nginx-log-as", "nginx access log written in a named log_format: `NAME=FILE` (NAME from -nginx-conf, or combined; FILE may contain '='; repeatable)")
 	fs.Var(&c.caddyLogs, "caddy-log", "Caddy JSON access log `FILE` to join (repeatable)")
 	fs.StringVar(&c.nginxConf, "nginx-conf", "", "nginx.conf `FILE` whose log_format definitions describe the access log")
-	fs.StringVar(&c.nginxLogFmt, "nginx-log-format", "", "nginx log_format `definition` of the access log (default: combined, or from -nginx-conf)")
+	fs.StringVar(&c.nginxLogFmt, "nginx-log-format", "", "nginx log_format of the access logs: a `definition`, or the name of a log_format in -nginx-conf")
 	fs.StringVar(&c.nginxErrorLog, "nginx-error-log", "", "nginx error log `FILE` ([emerg]/[alert]/[crit] lines)")
 	fs.StringVar(&c.format, "format", "text", "output `format`: text, jsonl or json")
 	fs.StringVar(&c.out, "o", "-", "output `FILE` (- for stdout)")

@@ -164,10 +164,48 @@ func TestAnalyzeJoinsNginxLogs(t *testing.T) {
 	if sum.LogLines["nginx"] != ok || sum.LogUnmatched["nginx"] != 0 {
 		t.Errorf("log lines %v unmatched %v", sum.LogLines, sum.LogUnmatched)
 	}
+
+	// The same log copied off the server (its path is not the conf's):
+	// its format is found from its lines and it joins exactly as before,
+	// silently; by name (-nginx-log-as, -nginx-log-format NAME) too. A log
+	// read in the wrong format joins nothing and says so on stderr.
+	logText, err := os.ReadFile(ngx.AccessLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := filepath.Join(t.TempDir(), "edge01=access.log")
+	if err := os.WriteFile(copied, logText, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(ngx.Dir, "nginx.conf")
+	for name, args := range map[string][]string{
+		"found":             {"-nginx-conf", conf, "-nginx-log", copied},
+		"-nginx-log-as":     {"-nginx-conf", conf, "-nginx-log-as", "pq=" + copied},
+		"-nginx-log-format": {"-nginx-conf", conf, "-nginx-log-format", "pq", "-nginx-log", copied},
+	} {
+		var out, errb bytes.Buffer
+		code := runMain(context.Background(), append(append([]string{"analyze", "-format", "json"}, args...), capt.File), &out, &errb)
+		var s2 summaryJSON
+		if err := json.Unmarshal(out.Bytes(), &s2); code != 0 || err != nil {
+			t.Fatalf("%s: exit %d, %v: %s", name, code, err, errb.String())
+		}
+		if s2.Joined != sum.Joined || s2.Joins == nil || s2.Joins.Joined != sum.Joins.Joined || s2.Joins.CurveChecked != sum.Joins.CurveChecked || errb.Len() != 0 {
+			t.Errorf("%s: joined %d (%+v), at the conf path %d; stderr %q", name, s2.Joined, s2.Joins, sum.Joined, errb.String())
+		}
+		if len(s2.Logs) != 1 || s2.Logs[0].Format != "pq" || s2.Logs[0].Path != copied {
+			t.Errorf("%s: summary says the log was read as %+v", name, s2.Logs)
+		}
+	}
+	var out, errb bytes.Buffer
+	runMain(context.Background(), []string{"analyze", "-format", "json", "-nginx-log-as", "combined=" + copied, capt.File}, &out, &errb)
+	for _, want := range []string{"warning", copied, `"combined"`, "first failing line 1", "-nginx-log-as NAME="} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("a log read in the wrong format: stderr lacks %q:\n%s", want, errb.String())
+		}
+	}
 	if t.Failed() {
 		var recs bytes.Buffer
 		runMain(context.Background(), []string{"analyze", "-format", "jsonl", capt.File}, &recs, io.Discard)
-		logText, _ := os.ReadFile(ngx.AccessLog)
 		t.Logf("records:\n%s\naccess log:\n%s\ntcpdump: %q", recs.String(), logText, capt.Stderr)
 	}
 }

@@ -31,13 +31,16 @@ type summaryJSON struct {
 
 func TestUsageErrors(t *testing.T) {
 	for name, args := range map[string][]string{
-		"no command":     {},
-		"unknown":        {"frobnicate"},
-		"no files":       {"analyze"},
-		"bad format":     {"analyze", "-format", "xml", "x.pcap"},
-		"bad flag":       {"analyze", "-nope", "x.pcap"},
-		"bad ports":      {"analyze", "-ports", "99999", "x.pcap"},
-		"loadgen no arm": {"loadgen", "-bogus"},
+		"no command":      {},
+		"unknown":         {"frobnicate"},
+		"no files":        {"analyze"},
+		"bad format":      {"analyze", "-format", "xml", "x.pcap"},
+		"bad flag":        {"analyze", "-nope", "x.pcap"},
+		"bad ports":       {"analyze", "-ports", "99999", "x.pcap"},
+		"loadgen no arm":  {"loadgen", "-bogus"},
+		"log format name": {"analyze", "-nginx-log-format", "edge", "-nginx-log", "a.log", "x.pcap"},
+		"log-as no name":  {"analyze", "-nginx-log-as", "nosuch=a.log", "x.pcap"},
+		"log-as syntax":   {"analyze", "-nginx-log-as", "a.log", "x.pcap"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if code, _, _ := run(t, args...); code != exitUsage {

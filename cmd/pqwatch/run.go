@@ -93,12 +93,10 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 		return cfg, nil, err
 	}
 	cfg.Ports = ports
-	formatFor, err := nginxFormats(&rf.commonFlags)
-	if err != nil {
-		return cfg, nil, err
-	}
-	for _, p := range rf.nginxLogs {
-		cfg.NginxLogs = append(cfg.NginxLogs, agent.NginxLog{Path: p, Format: formatFor(p)})
+	if len(rf.nginxLogs)+len(rf.nginxLogsAs) > 0 {
+		if cfg.NginxLogs, err = nginxLogs(&rf.commonFlags, true); err != nil {
+			return cfg, nil, err
+		}
 	}
 	if rf.commonFlags.forecast != "" {
 		p, err := rf.policy()
