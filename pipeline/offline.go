@@ -26,12 +26,14 @@ type Offline struct {
 	Progress func(path string) sniffer.Progress
 	Done     func()
 	Stderr   io.Writer // warnings naming the input; nil: discarded
+	Stdin    io.Reader // the capture a file named "-" stands for
 }
 
 // OfflineResult says how the run went.
 type OfflineResult struct {
 	Stats      sniffer.Stats
 	FileFailed bool // a file could not be read at all
+	Failed     int  // how many
 }
 
 // Run reads every file through the sniffer and the pipeline into the
@@ -63,23 +65,30 @@ func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
 		if o.Progress != nil {
 			prog = o.Progress(path)
 		}
-		st, err := sniffer.ReadFile(path, sn, prog)
+		var st sniffer.FileStats
+		var err error
+		if path == "-" && o.Stdin != nil {
+			st, err = sniffer.ReadFrom("stdin", o.Stdin, sn, prog)
+		} else {
+			st, err = sniffer.ReadFile(path, sn, prog)
+		}
 		if o.Done != nil {
 			o.Done()
 		}
-		fi := report.FileInfo{Path: path, Format: st.Format, Packets: st.Packets}
+		fi := report.FileInfo{Path: path, Format: st.Format, Packets: st.Packets, First: st.First, Last: st.Last}
 		switch {
 		case err != nil:
 			fmt.Fprintln(stderr, "pqwatch analyze:", err)
 			fi.Error = err.Error()
 			res.FileFailed = true
+			res.Failed++
 			sum.Errors["unreadable_file"]++
 		case st.Err != nil:
 			fmt.Fprintln(stderr, "pqwatch analyze: warning:", st.Err)
 			fi.Error = st.Err.Error()
 			sum.Errors[fileErrReason(st.Err)]++
 		}
-		sum.Files = append(sum.Files, fi)
+		sum.AddFile(fi)
 	}
 	sn.Flush()
 	res.Stats = sn.Stats()
@@ -88,6 +97,7 @@ func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
 		addFileResult(sum, batch.Result(), stderr)
 	}
 	sum.Packets = res.Stats.Packets
+	sum.PacketsOutsidePorts = res.Stats.Filtered
 	AddSnifferErrors(sum.Errors, res.Stats)
 	sum.Finish()
 	return res, p.Close(ctx)

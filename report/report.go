@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
@@ -76,9 +77,14 @@ type Summary struct {
 	LogUnmatched       map[string]int         `json:"log_unmatched"`
 	Errors             map[string]uint64      `json:"errors"`
 	Packets            uint64                 `json:"packets"`
-	Files              []FileInfo             `json:"files,omitempty"`
+	// PacketsOutsidePorts were skipped by -ports.
+	PacketsOutsidePorts uint64     `json:"packets_outside_ports,omitempty"`
+	Span                *Span      `json:"span,omitempty"` // capture time of the packets read
+	Files               []FileInfo `json:"files,omitempty"`
 	// Log joins (present when access logs were given).
 	Joins       *JoinStats           `json:"joins,omitempty"`
+	ByServer    map[string]*ShareRow `json:"pq_share_by_server,omitempty"`
+	BySNI       map[string]*ShareRow `json:"pq_share_by_sni,omitempty"`
 	ByHost      map[string]*ShareRow `json:"pq_share_by_host,omitempty"`
 	ByUserAgent map[string]*ShareRow `json:"pq_share_by_user_agent_family,omitempty"`
 	// Logs says how each access log was read (offline).
@@ -123,10 +129,37 @@ type ShareRow struct {
 
 // FileInfo describes one input file.
 type FileInfo struct {
-	Path    string `json:"path"`
-	Format  string `json:"format,omitempty"`
-	Packets uint64 `json:"packets"`
-	Error   string `json:"error,omitempty"`
+	Path    string    `json:"path"`
+	Format  string    `json:"format,omitempty"`
+	Packets uint64    `json:"packets"`
+	First   time.Time `json:"first,omitzero"`
+	Last    time.Time `json:"last,omitzero"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Span is the capture time the packets read cover.
+type Span struct {
+	First   time.Time `json:"first"`
+	Last    time.Time `json:"last"`
+	Seconds float64   `json:"seconds"`
+}
+
+// AddFile records one input file and widens the span.
+func (s *Summary) AddFile(fi FileInfo) {
+	s.Files = append(s.Files, fi)
+	if fi.First.IsZero() {
+		return
+	}
+	if s.Span == nil {
+		s.Span = &Span{First: fi.First, Last: fi.Last}
+	}
+	if fi.First.Before(s.Span.First) {
+		s.Span.First = fi.First
+	}
+	if fi.Last.After(s.Span.Last) {
+		s.Span.Last = fi.Last
+	}
+	s.Span.Seconds = s.Span.Last.Sub(s.Span.First).Seconds()
 }
 
 // New returns an empty Summary whose forecast section predicts under policy.
@@ -200,6 +233,15 @@ func (s *Summary) add(r *record.Handshake) {
 	if r.ServerHelloBytes > 0 {
 		gs.shBytes.add(r.ServerHelloBytes)
 	}
+	if s.ByServer == nil {
+		s.ByServer, s.BySNI = map[string]*ShareRow{}, map[string]*ShareRow{}
+	}
+	addShare(s.ByServer, r.Server, r.PQ)
+	sni := r.SNI
+	if sni == "" {
+		sni = "(none)"
+	}
+	addShare(s.BySNI, sni, r.PQ)
 	if r.Log != nil {
 		if s.ByHost == nil {
 			s.ByHost, s.ByUserAgent = map[string]*ShareRow{}, map[string]*ShareRow{}
@@ -236,7 +278,7 @@ func (s *Summary) Finish() {
 		gs.MedianClientHelloBytes = median(gs.chBytes)
 		gs.MedianServerHelloBytes = median(gs.shBytes)
 	}
-	for _, m := range []map[string]*ShareRow{s.ByHost, s.ByUserAgent} {
+	for _, m := range []map[string]*ShareRow{s.ByServer, s.BySNI, s.ByHost, s.ByUserAgent} {
 		for _, row := range m {
 			row.PQShare = float64(row.PQ) / float64(row.Completed)
 		}
@@ -322,6 +364,7 @@ func (s *Summary) Render(w io.Writer, format string) error {
 func (s *Summary) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pqwatch report\n\n")
+	s.writeInput(&b)
 	fmt.Fprintf(&b, "handshakes         %d (%s)\n", s.Handshakes, kv(s.Transports))
 	fmt.Fprintf(&b, "completed          %d\n", s.Completed)
 	fmt.Fprintf(&b, "PQ share           %.1f%% (%d of %d completed negotiated a PQ/hybrid group)\n", 100*s.PQShare, s.PQ, s.Completed)
@@ -384,6 +427,12 @@ func (s *Summary) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  self-check: $ssl_curve vs wire group: %d checked, %d mismatches\n", j.CurveChecked, j.CurveMismatch)
 		}
 	}
+	if len(s.ByServer) > 1 {
+		writeShares(&b, "PQ share by server", s.ByServer)
+	}
+	if len(s.BySNI) > 1 {
+		writeShares(&b, "PQ share by SNI", s.BySNI)
+	}
 	writeShares(&b, "PQ share by Host", s.ByHost)
 	writeShares(&b, "PQ share by user-agent family", s.ByUserAgent)
 	if len(s.ServerErrors) > 0 {
@@ -409,6 +458,51 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeInput opens the text report with what was read, and why nothing
+// was found when nothing was.
+func (s *Summary) writeInput(b *strings.Builder) {
+	n := b.Len()
+	if len(s.Files) > 0 {
+		names := make([]string, len(s.Files))
+		for i, f := range s.Files {
+			names[i] = f.Path
+		}
+		fmt.Fprintf(b, "read               %s: %d packets", strings.Join(names, ", "), s.Packets)
+		if sp := s.Span; sp != nil {
+			fmt.Fprintf(b, ", %s to %s (%s)", sp.First.UTC().Format("2006-01-02 15:04:05.000"), sp.Last.UTC().Format("2006-01-02 15:04:05.000 MST"),
+				sp.Last.Sub(sp.First).Round(time.Millisecond))
+		}
+		b.WriteString("\n")
+	}
+	if s.PacketsOutsidePorts > 0 {
+		fmt.Fprintf(b, "outside -ports     %d packets skipped\n", s.PacketsOutsidePorts)
+	}
+	if s.Handshakes == 0 && s.Packets > 0 {
+		if s.PacketsOutsidePorts > 0 {
+			fmt.Fprintf(b, "no handshake found: %d of %d packets were outside -ports; run without -ports (TLS is found by content on any port)\n", s.PacketsOutsidePorts, s.Packets)
+		} else {
+			fmt.Fprintf(b, "no handshake found: none of the %d packets carried the start of a TLS ClientHello (TCP) or a QUIC Initial (UDP)\n", s.Packets)
+		}
+	}
+	if b.Len() > n {
+		b.WriteString("\n")
+	}
+}
+
+// NothingFound says why a summary holds no handshake ("" when it holds
+// some): for stderr, naming the fix.
+func (s *Summary) NothingFound() string {
+	switch {
+	case s.Handshakes > 0:
+		return ""
+	case s.Packets == 0:
+		return "no packets were read"
+	case s.PacketsOutsidePorts > 0:
+		return fmt.Sprintf("no TLS handshake found: %d of %d packets were outside -ports; run without -ports (TLS is found by content on any port)", s.PacketsOutsidePorts, s.Packets)
+	}
+	return fmt.Sprintf("no TLS handshake found in %d packets: none carried the start of a TLS ClientHello (TCP) or a QUIC Initial (UDP); was the capture started after the handshakes, or is the traffic not TLS?", s.Packets)
 }
 
 func writeShares(b *strings.Builder, title string, m map[string]*ShareRow) {

@@ -26,7 +26,19 @@ type FileStats struct {
 	Path    string
 	Format  string // "pcap", "pcapng", with "+gzip"
 	Packets uint64
-	Err     error // why reading stopped early, nil at a clean end
+	// First and Last are the earliest and latest packet times.
+	First, Last time.Time
+	Err         error // why reading stopped early, nil at a clean end
+}
+
+// seen widens the file's time span to ts.
+func (fs *FileStats) seen(ts time.Time) {
+	if fs.First.IsZero() || ts.Before(fs.First) {
+		fs.First = ts
+	}
+	if ts.After(fs.Last) {
+		fs.Last = ts
+	}
 }
 
 // Progress is called now and then with the compressed bytes read so far.
@@ -71,6 +83,16 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 			}
 		}
 	}
+	return readStream(path, f, total, s, progress, fs)
+}
+
+// ReadFrom reads a pcap or pcapng capture, plain or gzip, from r (a pipe:
+// `tcpdump -w - | pqwatch analyze -`); name stands for it in errors.
+func ReadFrom(name string, r io.Reader, s *Sniffer, progress Progress) (FileStats, error) {
+	return readStream(name, r, 0, s, progress, FileStats{Path: name})
+}
+
+func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Progress, fs FileStats) (FileStats, error) {
 	cr := &countingReader{r: f}
 	br := bufio.NewReaderSize(cr, 1<<20)
 	magic, err := br.Peek(4)
@@ -138,6 +160,7 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 			break
 		}
 		fs.Packets++
+		fs.seen(ci.Timestamp)
 		s.Packet(ci.Timestamp, linkOf(&ci), data)
 		if progress != nil && fs.Packets&0xffff == 0 {
 			if now := time.Now(); now.Sub(last) > 200*time.Millisecond {

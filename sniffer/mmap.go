@@ -74,7 +74,9 @@ func readMappedPcap(f *os.File, size int64, fs *FileStats, s *Sniffer, progress 
 			frac *= 1000
 		}
 		fs.Packets++
-		s.Packet(time.Unix(sec, frac).UTC(), link, data[off:off+capLen:off+capLen])
+		ts := time.Unix(sec, frac).UTC()
+		fs.seen(ts)
+		s.Packet(ts, link, data[off:off+capLen:off+capLen])
 		off += capLen
 		if progress != nil && fs.Packets&0xffff == 0 {
 			if now := time.Now(); now.Sub(last) > 200*time.Millisecond {

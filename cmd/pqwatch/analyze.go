@@ -87,7 +87,7 @@ func version() string {
 }
 
 func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("analyze", "usage: pqwatch analyze [flags] FILE...\n\nRead pcap/pcapng captures (plain or gzip) and report every TLS/QUIC handshake.", stderr)
+	fs := newFlagSet("analyze", "usage: pqwatch analyze [flags] FILE...\n\nRead pcap/pcapng captures (plain or gzip; - reads one from stdin) and report every TLS/QUIC handshake.", stderr)
 	var cf commonFlags
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -122,9 +122,15 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if cf.format == "jsonl" {
 		off.Sinks = append(off.Sinks, exporter.NewJSONL(bw))
 	}
+	off.Stdin = os.Stdin
 	progress := newProgress(stderr)
 	off.Progress, off.Done = progress.fn, progress.done
 	res, err := off.Run(ctx)
+	if err == nil && res.Failed == len(off.Files) {
+		// Nothing could be read (named on stderr above): no report of zeros.
+		closeOut()
+		return exitFailure
+	}
 	if err == nil && cf.format != "jsonl" {
 		err = off.Summary.Render(bw, cf.format)
 	}
@@ -138,7 +144,12 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitFailure
 	}
-	if res.FileFailed && off.Summary.Handshakes == 0 && res.Stats.Packets == 0 {
+	if res.FileFailed {
+		fmt.Fprintf(stderr, "pqwatch analyze: incomplete: %d of %d files could not be read (named above); the report covers the rest\n", res.Failed, len(off.Files))
+		return exitFailure
+	}
+	if why := off.Summary.NothingFound(); why != "" {
+		fmt.Fprintf(stderr, "pqwatch analyze: %s: %s\n", strings.Join(off.Files, ", "), why)
 		return exitFailure
 	}
 	return exitOK

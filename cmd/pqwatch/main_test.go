@@ -143,10 +143,46 @@ func TestAnalyzeBadInput(t *testing.T) {
 	if code, _, _ := run(t, "analyze", filepath.Join(dir, "missing.pcap")); code != exitFailure {
 		t.Errorf("missing file: exit %d", code)
 	}
-	// A good file next to a bad one is still analyzed.
-	code, js, _ = run(t, "analyze", "-format", "json", garbage, filepath.Join("..", "..", "testdata", "handshakes.pcap"))
+	// A good file next to a bad one is still analyzed; the bad one is
+	// named and the exit code says the run was incomplete.
+	code, js, stderr = run(t, "analyze", "-format", "json", garbage, filepath.Join("..", "..", "testdata", "handshakes.pcap"))
 	json.Unmarshal([]byte(js), &sum)
-	if code != 0 || sum.Handshakes != 20 {
-		t.Errorf("good file after a bad one: exit %d, %d handshakes", code, sum.Handshakes)
+	if code != exitFailure || sum.Handshakes != 20 || !strings.Contains(stderr, garbage) || !strings.Contains(stderr, "incomplete") {
+		t.Errorf("good file after a bad one: exit %d, %d handshakes, stderr %q", code, sum.Handshakes, stderr)
+	}
+	// One file that is not a capture: an error and no report.
+	if code, out, stderr := run(t, "analyze", "-format", "json", garbage); code != exitFailure || out != "" || !strings.Contains(stderr, garbage) {
+		t.Errorf("garbage alone: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+}
+
+// TestAnalyzeStdin: `tcpdump -w - | pqwatch analyze -` reads the capture
+// from stdin, plain or gzip.
+func TestAnalyzeStdin(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join("..", "..", "testdata", "handshakes.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { w.Write(good); w.Close() }()
+	old := os.Stdin
+	os.Stdin = r
+	defer func() { os.Stdin = old; r.Close() }()
+	code, js, stderr := run(t, "analyze", "-format", "json", "-")
+	var sum summaryJSON
+	if err := json.Unmarshal([]byte(js), &sum); err != nil || code != 0 || sum.Handshakes != 20 {
+		t.Errorf("stdin: exit %d, %d handshakes, %v: %s", code, sum.Handshakes, err, stderr)
+	}
+}
+
+// TestAnalyzeNothingFound: -ports that miss the capture's TLS print why,
+// and the run exits non-zero.
+func TestAnalyzeNothingFound(t *testing.T) {
+	code, out, stderr := run(t, "analyze", "-ports", "8443", filepath.Join("..", "..", "testdata", "handshakes.pcap"))
+	if code != exitFailure || !strings.Contains(stderr, "252 packets were outside -ports") || !strings.Contains(out, "packets skipped") {
+		t.Errorf("exit %d, stderr %q, report:\n%s", code, stderr, out)
 	}
 }
