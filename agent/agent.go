@@ -61,6 +61,9 @@ type Config struct {
 	StateDir       string // tail offsets; "" = start at the end of each log
 
 	JSONL io.Writer // nil = no JSONL stream
+	// JSONLOptions: FlushAfter 0 takes DefaultJSONLFlush (a SIGKILL loses
+	// at most that); EachLine writes every record through at once.
+	JSONLOptions exporter.JSONLOptions
 	Kafka *exporter.KafkaConfig
 
 	TrackProcesses bool   // attribute handshakes to server generations
@@ -90,6 +93,11 @@ type Config struct {
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil = a new one
 }
+
+// DefaultJSONLFlush bounds how long a record waits in the JSONL buffer: a
+// record the agent finished more than a second ago is on disk when it is
+// killed.
+const DefaultJSONLFlush = 500 * time.Millisecond
 
 // Agent is a running pqwatch daemon.
 type Agent struct {
@@ -168,7 +176,11 @@ func New(cfg Config) (a *Agent, err error) {
 		})
 	}
 	if cfg.JSONL != nil {
-		pc.Sinks = append(pc.Sinks, exporter.NewJSONL(cfg.JSONL))
+		jo := cfg.JSONLOptions
+		if jo.FlushAfter <= 0 {
+			jo.FlushAfter = DefaultJSONLFlush
+		}
+		pc.Sinks = append(pc.Sinks, exporter.NewJSONLWith(cfg.JSONL, jo))
 	}
 	if cfg.Kafka != nil {
 		kc := *cfg.Kafka

@@ -192,3 +192,48 @@ func BenchmarkEncodingJSON(b *testing.B) {
 		_ = enc.Encode(h)
 	}
 }
+
+// lockedBuf is a bytes.Buffer safe for a timer goroutine's writes.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuf) Len() int                    { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Len() }
+
+// TestJSONLFlushAfter: a line waits in the buffer at most FlushAfter; with
+// EachLine it is written at once.
+func TestJSONLFlushAfter(t *testing.T) {
+	var w lockedBuf
+	j := NewJSONLWith(&w, JSONLOptions{FlushAfter: 50 * time.Millisecond})
+	_ = j.Write(sampleRecord())
+	if w.Len() != 0 {
+		t.Fatalf("line written through before its time")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for w.Len() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	n := w.Len()
+	if n == 0 {
+		t.Fatal("line still buffered after 5 s")
+	}
+	_ = j.Write(sampleRecord()) // re-arms after a timed flush
+	for w.Len() == n && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if w.Len() != 2*n {
+		t.Errorf("second line: %d bytes written, want %d", w.Len(), 2*n)
+	}
+	if err := j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	var each lockedBuf
+	je := NewJSONLWith(&each, JSONLOptions{EachLine: true})
+	_ = je.Write(sampleRecord())
+	if each.Len() != n {
+		t.Errorf("EachLine: %d bytes written at once, want %d", each.Len(), n)
+	}
+}

@@ -264,3 +264,40 @@ func TestDemoWithoutPrivilege(t *testing.T) {
 		t.Errorf("no offline report:\n%s", stdout.String())
 	}
 }
+
+// TestRunKilledKeepsJSONL: `pqwatch run -format jsonl -o FILE` killed with
+// SIGKILL (an OOM kill is one) has every record it finished more than a
+// second before on disk.
+func TestRunKilledKeepsJSONL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	addr, port := goTLSServer(t)
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	var stderr syncBuffer
+	cmd := pqwatchProcess(t, &stderr, "run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-format", "jsonl", "-o", out, "-metrics-addr", "", "-no-process-tracking")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(stderr.String(), "capture starting") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // rings up
+	const n = 20
+	ok := 0
+	for range n {
+		if handshake(t, addr, nil) != "" {
+			ok++
+		}
+	}
+	// A record reaches the sink within one ring block timeout (1 s); it is
+	// on disk DefaultJSONLFlush later. Wait past both, with margin.
+	time.Sleep(2500 * time.Millisecond)
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	b, _ := os.ReadFile(out)
+	if lines := strings.Count(string(b), "\n"); lines != ok || ok != n {
+		t.Errorf("after SIGKILL: %d records on disk, clients completed %d of %d; agent log:\n%s", lines, ok, n, stderr.String())
+	}
+}

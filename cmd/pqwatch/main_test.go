@@ -5,15 +5,46 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/pqwatch/pqwatch/report"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestMain lets a test run pqwatch as a process of its own (to kill it):
+// with PQWATCH_TEST_MAIN set to a JSON list of arguments, the test binary
+// is pqwatch.
+func TestMain(m *testing.M) {
+	if v := os.Getenv("PQWATCH_TEST_MAIN"); v != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(v), &args); err != nil {
+			panic(err)
+		}
+		os.Exit(runMain(context.Background(), args, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// pqwatchProcess starts the test binary as `pqwatch ARGS...`.
+func pqwatchProcess(t *testing.T, stderr io.Writer, args ...string) *exec.Cmd {
+	t.Helper()
+	js, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "PQWATCH_TEST_MAIN="+string(js))
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
 
 func run(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -186,3 +217,17 @@ func TestAnalyzeNothingFound(t *testing.T) {
 		t.Errorf("exit %d, stderr %q, report:\n%s", code, stderr, out)
 	}
 }
+
+// syncBuffer is a bytes.Buffer a child process's output goroutine and the
+// test can share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -39,6 +39,7 @@ type runFlags struct {
 	logLevel    string
 	pprof       bool
 	captureAll  bool
+	lineBuf     bool
 }
 
 func (rf *runFlags) register(fs *flag.FlagSet) {
@@ -59,6 +60,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&rf.pprof, "pprof", false, "serve Go profiling under /debug/pprof/ on the metrics address")
+	fs.BoolVar(&rf.lineBuf, "line-buffered", false, "with -format jsonl, write every record through at once (default: at once when the output is a pipe or terminal, else within half a second)")
 	fs.BoolVar(&rf.captureAll, "capture-all", false, "keep every frame (default: pure ACKs and TLS application-data segments are dropped in the kernel)")
 }
 
@@ -118,6 +120,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 			return cfg, nil, err
 		}
 		cfg.JSONL, closeOut = out, c
+		cfg.JSONLOptions.EachLine = rf.lineBuf || isPipe(out)
 	}
 	return cfg, closeOut, nil
 }
@@ -190,4 +193,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger.Info("stopped", "uptime", time.Since(start).Round(time.Second).String())
 	_ = os.Stdout.Sync()
 	return exitOK
+}
+
+// isPipe reports whether w is a pipe or a terminal: a reader waits on the
+// other end, so records go through one by one.
+func isPipe(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) != 0
 }
