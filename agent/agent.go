@@ -64,7 +64,7 @@ type Config struct {
 	// JSONLOptions: FlushAfter 0 takes DefaultJSONLFlush (a SIGKILL loses
 	// at most that); EachLine writes every record through at once.
 	JSONLOptions exporter.JSONLOptions
-	Kafka *exporter.KafkaConfig
+	Kafka        *exporter.KafkaConfig
 
 	TrackProcesses bool   // attribute handshakes to server generations
 	ProcRoot       string // /proc, or /host/proc in Kubernetes
@@ -112,7 +112,6 @@ type Agent struct {
 	joiner  *logjoin.Joiner
 	pipe    *pipeline.Pipeline
 	lines   logparse.LineCounters
-
 }
 
 // worker owns one Sniffer; mu serialises packets and the expiry ticker.
@@ -239,7 +238,6 @@ func (a *Agent) Registry() *prometheus.Registry { return a.reg }
 // Processes is the process tracker, nil when tracking is off.
 func (a *Agent) Processes() *proctrack.Tracker { return a.procs }
 
-
 // revision is the VCS revision the binary was built from, "" if unknown.
 func revision() string {
 	if _, r := exporter.BuildInfo(); r != "unknown" {
@@ -286,7 +284,6 @@ func (c *joinCheck) Process(r *record.Handshake) {
 	}
 	c.next(r)
 }
-
 
 // JoinStats reports the access-log join (zero when no logs are tailed).
 func (a *Agent) JoinStats() logjoin.Stats {

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,7 +57,9 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 				return
 			}
 			if e.Level.Severe() {
-				a.log.Warn("nginx error log", "level", e.Level.String(), "pid", e.PID, "msg", string(e.Message))
+				// A summary, never the raw line: the path may lead to
+				// another file than nginx's error log.
+				a.log.Warn("nginx error log", "path", p, "level", e.Level.String(), "pid", e.PID, "msg", errorSummary(e.Message))
 				if a.procs != nil {
 					a.procs.NoteEmerg(e.Time, e.PID, string(e.Message))
 				}
@@ -114,4 +118,19 @@ func (m *matchCheck) add(line []byte, res logjoin.LineResult, why error) {
 			"format", m.lr.FormatName(), "format_from", m.how, "joinable", m.good, "of", m.n,
 			"first_failing_line", m.firstBad, "reason", m.firstErr, "fix", hint)
 	}
+}
+
+// maxErrorMsg bounds the part of an nginx error message pqwatch repeats in
+// its own log.
+const maxErrorMsg = 160
+
+// errorSummary is an nginx error message as pqwatch's log repeats it:
+// truncated to maxErrorMsg bytes and quoted (control characters and
+// invalid UTF-8 escaped), so no raw line of the file reaches the log.
+func errorSummary(msg []byte) string {
+	cut := ""
+	if len(msg) > maxErrorMsg {
+		msg, cut = msg[:maxErrorMsg], fmt.Sprintf("... (%d bytes more)", len(msg)-maxErrorMsg)
+	}
+	return strconv.Quote(string(msg)) + cut
 }
