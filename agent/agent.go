@@ -44,7 +44,7 @@ type NginxLog = logjoin.NginxLog
 type Config struct {
 	Ifaces  []string // names or "any"; nil = every interface that is up
 	Ports   []uint16 // narrow the capture (kernel BPF); nil = all
-	Workers int      // capture workers (fanout); 0 = one per CPU
+	Workers int      // capture workers (fanout); 0 = GOMAXPROCS (the CPU limit)
 	// BlockTimeout: how long a packet may wait in a partly filled ring
 	// block (0 = capture.DefaultBlockTimeout).
 	BlockTimeout time.Duration
@@ -137,7 +137,7 @@ func New(cfg Config) (a *Agent, err error) {
 	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, revision()))
 	n := cfg.Workers
 	if n <= 0 {
-		n = runtime.NumCPU()
+		n = runtime.GOMAXPROCS(0) // follows the cgroup's CPU limit, not the host's cores
 	}
 	// SkipNoise: pure ACKs and application-data segments are dropped in
 	// the kernel; they carry nothing a handshake record needs.

@@ -61,7 +61,7 @@ type Config struct {
 	// record): see FilterWith.
 	SkipNoise bool
 	// Workers is the number of fanout members per interface, each read by
-	// its own goroutine (default runtime.NumCPU()).
+	// its own goroutine (default runtime.GOMAXPROCS(0), which follows the cgroup CPU limit).
 	Workers int
 	// Ring geometry (TPACKET_V3): BlockSize must be a multiple of the page
 	// size and of FrameSize.
@@ -133,7 +133,7 @@ func New(cfg Config) (*Capture, error) {
 		unix.Close(fd)
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.NumCPU()
+		cfg.Workers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.FrameSize <= 0 {
 		cfg.FrameSize = DefaultFrameSize

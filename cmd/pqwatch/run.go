@@ -14,6 +14,7 @@ import (
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/internal/memlimit"
 	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -53,7 +54,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.kafkaAcks, "kafka-acks", "all", "Kafka acknowledgements: all, leader or none")
 	fs.StringVar(&rf.kafkaComp, "kafka-compression", "snappy", "Kafka compression: none, gzip, snappy, lz4 or zstd")
 	fs.StringVar(&rf.kafkaSpool, "kafka-spool-dir", "", "`dir` for the Kafka disk spool: what the memory buffer cannot hold during a broker outage (empty: memory only)")
-	fs.IntVar(&rf.workers, "workers", 0, "capture workers (0: one per CPU)")
+	fs.IntVar(&rf.workers, "workers", 0, "capture workers (0: GOMAXPROCS, which follows the cgroup CPU limit)")
 	fs.DurationVar(&rf.blockTO, "block-timeout", capture.DefaultBlockTimeout, "longest a captured packet waits in a partly filled ring block before pqwatch reads it (1ms to 1m): shorter shows records sooner, longer wakes pqwatch less often; full blocks are read at once")
 	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
@@ -144,6 +145,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch run:", err)
 		return exitUsage
+	}
+	// Without GOMEMLIMIT, a soft limit below the cgroup's: the collector
+	// works harder before the kernel's OOM killer would act.
+	if limit, src := memlimit.SetSoftLimit(0.9); src != memlimit.None {
+		logger.Info("memory limit", "bytes", limit, "from", string(src))
 	}
 	cfg, closeOut, err := rf.agentConfig(stdout, logger)
 	if err != nil {
