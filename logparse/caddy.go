@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 	"time"
-	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -21,7 +20,7 @@ type CaddyTLS struct {
 
 // CaddyLine is one parsed Caddy JSON access-log entry. Reuse one value per
 // goroutine; byte-slice fields point into the line or into the value's
-// scratch buffer (for strings that had JSON escapes).
+// scratch buffer (for strings that had JSON escapes or invalid UTF-8).
 type CaddyLine struct {
 	Time       time.Time // "ts"
 	Status     int
@@ -67,6 +66,7 @@ func ParseCaddyLine(line []byte, c *CaddyLine) error {
 		if !more {
 			break
 		}
+	top:
 		switch string(k) {
 		case "ts":
 			if err := c.parseTS(&s); err != nil {
@@ -86,6 +86,9 @@ func ParseCaddyLine(line []byte, c *CaddyLine) error {
 				return err
 			}
 		default:
+			if k = field(k, topFields); k != nil {
+				goto top
+			}
 			s.skip(0)
 		}
 		if s.bad {
@@ -109,7 +112,7 @@ func (c *CaddyLine) parseTS(s *jscan) error {
 	s.ws()
 	if s.i < len(s.b) && s.b[s.i] == '"' {
 		v := s.str(&c.buf)
-		t, ok := parseISO8601Frac(v)
+		t, ok := parseISO8601(v, 9)
 		if !ok {
 			return fmt.Errorf("%w: ts %q", ErrBadField, v)
 		}
@@ -143,6 +146,7 @@ func (c *CaddyLine) parseRequest(s *jscan) error {
 		if !more || s.bad {
 			break
 		}
+	req:
 		switch string(k) {
 		case "remote_ip":
 			c.RemoteIP = s.str(&c.buf)
@@ -182,6 +186,9 @@ func (c *CaddyLine) parseRequest(s *jscan) error {
 				return err
 			}
 		default:
+			if k = field(k, requestFields); k != nil {
+				goto req
+			}
 			s.skip(0)
 		}
 	}
@@ -256,6 +263,7 @@ func (c *CaddyLine) parseTLS(s *jscan) error {
 		if !more || s.bad {
 			return nil
 		}
+	tls:
 		switch string(k) {
 		case "resumed":
 			c.TLS.Resumed = s.boolean()
@@ -276,50 +284,37 @@ func (c *CaddyLine) parseTLS(s *jscan) error {
 		case "server_name":
 			c.TLS.ServerName = s.str(&c.buf)
 		default:
+			if k = field(k, tlsFields); k != nil {
+				goto tls
+			}
 			s.skip(0)
 		}
 	}
 }
 
-// parseISO8601Frac parses RFC 3339 with optional fractional seconds.
-func parseISO8601Frac(b []byte) (time.Time, bool) {
-	if len(b) < 20 {
-		return time.Time{}, false
+// The keys that the parser reads, for field.
+var (
+	topFields     = keys("ts", "status", "logger", "request")
+	requestFields = keys("remote_ip", "client_ip", "remote_port", "host", "method", "uri", "proto", "headers", "tls")
+	tlsFields     = keys("resumed", "version", "cipher_suite", "proto", "server_name")
+)
+
+func keys(names ...string) [][]byte {
+	b := make([][]byte, len(names))
+	for i, n := range names {
+		b[i] = []byte(n)
 	}
-	var nsec int64
-	rest := b[19:]
-	if rest[0] == '.' {
-		j := 1
-		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
-			j++
-		}
-		if j == 1 || j > 10 {
-			return time.Time{}, false
-		}
-		f, _ := atoi(rest[1:j])
-		for k := j - 1; k < 9; k++ {
-			f *= 10
-		}
-		nsec = int64(f)
-		rest = rest[j:]
-	}
-	var tmp [25]byte
-	n := copy(tmp[:], b[:19])
-	n += copy(tmp[n:], rest)
-	t, ok := parseISO8601(tmp[:n])
-	if !ok || len(rest) > 6 {
-		return time.Time{}, false
-	}
-	return t.Add(time.Duration(nsec)), true
+	return b
 }
 
 // jscan is a minimal JSON reader that walks an object without building
-// values. It validates structure enough that garbage is rejected; it is not a
-// full validator (number grammar is loose).
+// values. It rejects what encoding/json rejects (strings are validated in
+// skipped values too) except that it nests at most maxDepth deep.
 type jscan struct {
 	b   []byte
 	i   int
 	bad bool
+	key [64]byte // scratch for keys that have escapes
 }
 
 func (s *jscan) ws() {
@@ -344,7 +339,8 @@ func (s *jscan) objStart() bool {
 }
 
 // objKey reads the next key of the current object and the ':' after it.
-// It returns more == false at the closing '}' (consumed) or on error.
+// It returns more == false at the closing '}' (consumed) or on error. A key
+// with escapes is returned decoded, valid until the next objKey.
 func (s *jscan) objKey(first *bool) (key []byte, more bool) {
 	s.ws()
 	if s.i >= len(s.b) {
@@ -368,12 +364,13 @@ func (s *jscan) objKey(first *bool) (key []byte, more bool) {
 		s.bad = true
 		return nil, false
 	}
-	start := s.i + 1
-	end, _ := s.scanString()
+	key, plain := s.scanString()
 	if s.bad {
 		return nil, false
 	}
-	key = s.b[start:end]
+	if !plain {
+		key, _ = appendJSONUnescaped(s.key[:0], key)
+	}
 	s.ws()
 	if s.i >= len(s.b) || s.b[s.i] != ':' {
 		s.bad = true
@@ -383,32 +380,23 @@ func (s *jscan) objKey(first *bool) (key []byte, more bool) {
 	return key, true
 }
 
-// scanString consumes a string starting at '"'; it returns the index of the
-// closing quote and whether the content has escapes.
-func (s *jscan) scanString() (end int, escaped bool) {
-	s.i++ // opening quote
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			end = s.i
-			s.i++
-			return end, escaped
-		case c == '\\':
-			escaped = true
-			s.i += 2
-		case c < 0x20:
-			s.bad = true
-			return s.i, escaped
-		default:
-			s.i++
-		}
+// scanString consumes the string whose opening quote is at s.i and returns
+// its raw content; plain reports that the content is the string's value
+// (see scanJSONString). A string that encoding/json rejects sets bad.
+func (s *jscan) scanString() (content []byte, plain bool) {
+	start := s.i + 1
+	n, plain, ok := scanJSONString(s.b[start:])
+	end := start + n
+	if !ok || end >= len(s.b) {
+		s.i = end
+		s.bad = true
+		return nil, false
 	}
-	s.bad = true
-	return len(s.b), escaped
+	s.i = end + 1
+	return s.b[start:end], plain
 }
 
-// str reads a string value (unescaping into *buf when needed); null and
+// str reads a string value (decoding it into *buf when needed); null and
 // "" give nil. Other value types set bad.
 func (s *jscan) str(buf *[]byte) []byte {
 	s.ws()
@@ -420,22 +408,39 @@ func (s *jscan) str(buf *[]byte) []byte {
 		s.bad = true
 		return nil
 	}
-	start := s.i + 1
-	end, esc := s.scanString()
-	if s.bad || end == start {
+	v, plain := s.scanString()
+	if s.bad || len(v) == 0 {
 		return nil
 	}
-	if !esc {
-		return s.b[start:end]
+	if plain {
+		return v
 	}
 	b0 := len(*buf)
-	var ok bool
-	*buf, ok = appendJSONUnescaped(*buf, s.b[start:end])
-	if !ok {
-		s.bad = true
-		return nil
-	}
+	*buf, _ = appendJSONUnescaped(*buf, v) // v is valid: scanString checked it
 	return (*buf)[b0:len(*buf):len(*buf)]
+}
+
+// field returns the one of names (all lowercase ASCII) that key matches
+// without being equal to it: encoding/json matches keys to struct fields
+// under Unicode case folding ("URI" and "ur\u0049" are "uri", "ho\u017ft" is
+// "host"). nil when there is none.
+func field(key []byte, names [][]byte) []byte {
+	fold := false
+	for _, c := range key {
+		if c >= utf8.RuneSelf || 'A' <= c && c <= 'Z' {
+			fold = true
+			break
+		}
+	}
+	if !fold {
+		return nil // lowercase ASCII: the same bytes or no match
+	}
+	for _, n := range names {
+		if len(key) >= len(n) && bytes.EqualFold(key, n) {
+			return n
+		}
+	}
+	return nil
 }
 
 func (s *jscan) boolean() bool {
@@ -562,72 +567,4 @@ func (s *jscan) skip(depth int) {
 	default:
 		s.number()
 	}
-}
-
-// appendJSONUnescaped appends the unescaped JSON string content v to dst.
-func appendJSONUnescaped(dst, v []byte) ([]byte, bool) {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c != '\\' {
-			dst = append(dst, c)
-			continue
-		}
-		i++
-		if i >= len(v) {
-			return dst, false
-		}
-		switch v[i] {
-		case '"', '\\', '/':
-			dst = append(dst, v[i])
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'u':
-			r, ok := hex4(v[i+1:])
-			if !ok {
-				return dst, false
-			}
-			i += 4
-			if utf16.IsSurrogate(r) {
-				if i+6 < len(v) && v[i+1] == '\\' && v[i+2] == 'u' {
-					if r2, ok := hex4(v[i+3:]); ok {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							r = d
-							i += 6
-						} else {
-							r = utf8.RuneError
-						}
-					}
-				} else {
-					r = utf8.RuneError
-				}
-			}
-			dst = utf8.AppendRune(dst, r)
-		default:
-			return dst, false
-		}
-	}
-	return dst, true
-}
-
-func hex4(b []byte) (rune, bool) {
-	if len(b) < 4 {
-		return 0, false
-	}
-	var r rune
-	for _, c := range b[:4] {
-		h, ok := unhex(c)
-		if !ok {
-			return 0, false
-		}
-		r = r<<4 | rune(h)
-	}
-	return r, true
 }

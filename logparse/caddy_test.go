@@ -3,6 +3,8 @@ package logparse
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -59,15 +61,8 @@ func TestParseCaddyLine(t *testing.T) {
 	var c CaddyLine
 	for _, tc := range caddyCases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := ParseCaddyLine([]byte(tc.line), &c)
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) {
-					t.Fatalf("err = %v, want %v", err, tc.err)
-				}
+			if !checkErr(t, ParseCaddyLine([]byte(tc.line), &c), tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !c.Time.Equal(tc.want.Time) || c.Status != tc.want.Status || c.RemotePort != tc.want.RemotePort ||
 				c.HasTLS != tc.want.HasTLS || c.TLS.Version != tc.want.TLS.Version || c.TLS.CipherSuite != tc.want.TLS.CipherSuite {
@@ -108,41 +103,113 @@ func FuzzParseCaddyLine(f *testing.F) {
 	for _, tc := range caddyCases {
 		f.Add(tc.line)
 	}
-	f.Fuzz(func(t *testing.T, line string) {
-		var c CaddyLine
-		err := ParseCaddyLine([]byte(line), &c)
-		if err != nil {
-			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadField) {
-				t.Fatalf("unexpected error class: %v", err)
+	f.Fuzz(checkCaddyLikeJSON)
+}
+
+// checkCaddyLikeJSON parses line and checks the result against encoding/json.
+func checkCaddyLikeJSON(t *testing.T, line string) {
+	var c CaddyLine
+	err := ParseCaddyLine([]byte(line), &c)
+	if err != nil {
+		if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadField) {
+			t.Fatalf("unexpected error class: %v", err)
+		}
+		return
+	}
+	// Whatever we accept, encoding/json accepts too, with the same strings.
+	var ref struct {
+		Request *struct {
+			RemoteIP *string `json:"remote_ip"`
+			Method   *string `json:"method"`
+			URI      *string `json:"uri"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal([]byte(line), &ref); err != nil {
+		if errors.As(err, new(*json.UnmarshalTypeError)) {
+			return // a field of another type than Caddy writes
+		}
+		t.Fatalf("accepted what encoding/json rejects: %v", err)
+	}
+	if ref.Request == nil {
+		t.Fatal("accepted without request")
+	}
+	for _, p := range []struct {
+		got []byte
+		ref *string
+	}{{c.RemoteIP, ref.Request.RemoteIP}, {c.Method, ref.Request.Method}, {c.URI, ref.Request.URI}} {
+		if p.ref != nil && string(p.got) != *p.ref && !(p.got == nil && *p.ref == "") {
+			t.Fatalf("got %q, encoding/json %q", p.got, *p.ref)
+		}
+	}
+}
+
+// TestCaddyLikeEncodingJSON: strings in skipped values are validated as
+// encoding/json validates them, keys match fields as encoding/json matches
+// them, and decoded strings are encoding/json's.
+func TestCaddyLikeEncodingJSON(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		uri  string // "": rejected
+	}{
+		{"{\"request\":{\"\":\"0\\0\"}}", ""},                // the fuzzer's first find
+		{"{\"request\":{\"\":\"\\\x00\"}}", ""},              // a control character after a backslash
+		{"{\"request\":{\"\":\"\x1f\"}}", ""},                // a control character
+		{`{"request":{"x":["\q"]}}`, ""},                     // an invalid escape, in an array
+		{`{"request":{"x":{"\u12":1}}}`, ""},                 // a short \u, in a key
+		{`{"request":{"x":"\`, ""},                           // a backslash at the end of the line
+		{"{\"request\":{\"uri\":\"/a\xffb\"}}", "/a\ufffdb"}, // invalid UTF-8: U+FFFD
+		{"{\"request\":{\"uri\":\"\\u00e9\xff\"}}", "\u00e9\ufffd"},
+		{`{"request":{"uri":"\ud83d\ude00 \ud800\u0041 \udc00"}}`, "\U0001F600 \ufffdA \ufffd"},
+		{`{"request":{"URI":"/up"}}`, "/up"},
+		{`{"request":{"ur\u0069":"/esc"}}`, "/esc"},
+		{`{"request":{"uri":"/a","Uri":"/b"}}`, "/b"},
+		{`{"request":{},"Request":{"uri":"/later"}}`, "/later"},
+		{`{"re\u0071uest":{"uri":"/k"}}`, "/k"},
+		{`{"reque\u017ft":{"uri":"/long-s"}}`, "/long-s"}, // U+017F folds to 's'
+		{"{\"reque\u017ft\":{\"uri\":\"/long-s\"}}", "/long-s"},
+	} {
+		t.Run(tc.line, func(t *testing.T) {
+			checkCaddyLikeJSON(t, tc.line)
+			var c CaddyLine
+			err := ParseCaddyLine([]byte(tc.line), &c)
+			if tc.uri == "" {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("err = %v, want ErrMalformed", err)
+				}
+				return
 			}
-			return
-		}
-		// Whatever we accept, encoding/json accepts too, with the same strings.
-		var ref struct {
-			Request *struct {
-				RemoteIP *string `json:"remote_ip"`
-				Method   *string `json:"method"`
-				URI      *string `json:"uri"`
-			} `json:"request"`
-		}
-		if err := json.Unmarshal([]byte(line), &ref); err != nil {
-			if errors.As(err, new(*json.UnmarshalTypeError)) {
-				return // a field of another type than Caddy writes
+			if err != nil || string(c.URI) != tc.uri {
+				t.Fatalf("URI = %q, %v; want %q", c.URI, err, tc.uri)
 			}
-			t.Fatalf("accepted what encoding/json rejects: %v", err)
-		}
-		if ref.Request == nil {
-			t.Fatal("accepted without request")
-		}
-		for _, p := range []struct {
-			got []byte
-			ref *string
-		}{{c.RemoteIP, ref.Request.RemoteIP}, {c.Method, ref.Request.Method}, {c.URI, ref.Request.URI}} {
-			if p.ref != nil && string(p.got) != *p.ref && !(p.got == nil && *p.ref == "") {
-				t.Fatalf("got %q, encoding/json %q", p.got, *p.ref)
+		})
+	}
+}
+
+// TestCaddyKeysFold: every field the parser reads is found under the
+// spellings encoding/json accepts for it.
+func TestCaddyKeysFold(t *testing.T) {
+	var want, got CaddyLine
+	if err := ParseCaddyLine([]byte(caddySample), &want); err != nil {
+		t.Fatal(err)
+	}
+	for _, spell := range []func(string) string{
+		strings.ToUpper,
+		func(k string) string { return fmt.Sprintf(`\u%04x%s`, k[0], k[1:]) },
+	} {
+		line := caddySample
+		for _, names := range [][][]byte{topFields, requestFields, tlsFields} {
+			for _, n := range names {
+				line = strings.ReplaceAll(line, `"`+string(n)+`":`, `"`+spell(string(n))+`":`)
 			}
 		}
-	})
+		if err := ParseCaddyLine([]byte(line), &got); err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		got.buf, want.buf = nil, nil
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", line, got, want)
+		}
+	}
 }
 
 func BenchmarkParseCaddyLine(b *testing.B) {

@@ -60,19 +60,14 @@ func ParseErrorLine(line []byte, loc *time.Location, e *ErrorLine) error {
 		line[13] != ':' || line[16] != ':' || line[19] != ' ' {
 		return fmt.Errorf("%w: no error-log timestamp", ErrMalformed)
 	}
-	year, ok1 := digits(line[0:], 4)
-	mon, ok2 := digits(line[5:], 2)
-	day, ok3 := digits(line[8:], 2)
-	hh, ok4 := digits(line[11:], 2)
-	mm, ok5 := digits(line[14:], 2)
-	ss, ok6 := digits(line[17:], 2)
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || mon < 1 || mon > 12 || day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60 {
-		return fmt.Errorf("%w: error-log timestamp %q", ErrBadField, line[:19])
-	}
 	if loc == nil {
 		loc = time.UTC
 	}
-	e.Time = time.Date(year, time.Month(mon), day, hh, mm, ss, 0, loc)
+	t, ok := parseDateTime(line, '/', ' ', loc)
+	if !ok {
+		return fmt.Errorf("%w: error-log timestamp %q", ErrBadField, line[:19])
+	}
+	e.Time = t
 	rest := line[20:]
 	if len(rest) < 3 || rest[0] != '[' {
 		return fmt.Errorf("%w: no [level]", ErrMalformed)
@@ -100,7 +95,6 @@ func ParseErrorLine(line []byte, loc *time.Location, e *ErrorLine) error {
 	if hash <= 0 || colon <= hash {
 		return fmt.Errorf("%w: no pid#tid:", ErrMalformed)
 	}
-	var ok bool
 	if e.PID, ok = atoi(rest[:hash]); !ok {
 		return fmt.Errorf("%w: pid %q", ErrBadField, rest[:hash])
 	}

@@ -45,15 +45,8 @@ func TestParseErrorLine(t *testing.T) {
 	var e ErrorLine
 	for _, tc := range errorCases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := ParseErrorLine([]byte(tc.line), nil, &e)
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) {
-					t.Fatalf("err = %v, want %v", err, tc.err)
-				}
+			if !checkErr(t, ParseErrorLine([]byte(tc.line), nil, &e), tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if e.Level != tc.level || e.PID != tc.pid || e.TID != tc.tid || e.Connection != tc.conn || string(e.Message) != tc.msg {
 				t.Errorf("got %+v (msg %q)", e, e.Message)

@@ -120,15 +120,35 @@ func (f *Format) HasPort() bool { return f.has[VarRemotePort] }
 func (f *Format) String() string {
 	var b strings.Builder
 	b.WriteString("log_format ")
-	b.WriteString(f.Name)
+	if bareName(f.Name) {
+		b.WriteString(f.Name)
+	} else {
+		b.WriteString(quoteConf(f.Name))
+	}
 	if f.Escape != EscapeDefault || strings.HasPrefix(f.Text, "escape=") {
 		b.WriteString(" escape=")
 		b.WriteString(f.Escape.String())
 	}
-	b.WriteString(" '")
-	b.WriteString(strings.ReplaceAll(strings.ReplaceAll(f.Text, `\`, `\\`), `'`, `\'`))
-	b.WriteString("';")
+	b.WriteByte(' ')
+	b.WriteString(quoteConf(f.Text))
+	b.WriteByte(';')
 	return b.String()
+}
+
+// quoteConf quotes s as one nginx.conf word that tokenize reads back as s.
+func quoteConf(s string) string {
+	return "'" + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `'`, `\'`) + "'"
+}
+
+// bareName reports whether a log_format name can be written unquoted: it is
+// not empty and has only letters, digits, '_', '-' and '.'.
+func bareName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isVarChar(s[i]) && s[i] != '-' && s[i] != '.' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // CombinedText is nginx's built-in "combined" format.

@@ -125,20 +125,32 @@ func (f *Format) indexLit(b, lit []byte) int {
 }
 
 // value unescapes v if needed and maps nginx's "absent" spellings to nil.
-func (l *NginxLine) value(esc Escape, v []byte) []byte {
+// With escape=json, v is JSON string content and is decoded as encoding/json
+// does; content that encoding/json rejects is an error.
+func (l *NginxLine) value(esc Escape, v []byte) ([]byte, error) {
 	if len(v) == 0 || (len(v) == 1 && v[0] == '-' && esc != EscapeJSON) {
-		return nil
+		return nil, nil
 	}
-	if esc == EscapeNone || bytes.IndexByte(v, '\\') < 0 {
-		return v
+	switch esc {
+	case EscapeJSON:
+		n, plain, ok := scanJSONString(v)
+		if !ok || n != len(v) {
+			return nil, fmt.Errorf("%w: invalid JSON string content at byte %d", ErrMalformed, n)
+		}
+		if plain {
+			return v, nil
+		}
+		start := len(l.buf)
+		l.buf, _ = appendJSONUnescaped(l.buf, v) // valid: scanJSONString checked it
+		return l.buf[start:len(l.buf):len(l.buf)], nil
+	case EscapeDefault:
+		if bytes.IndexByte(v, '\\') >= 0 {
+			start := len(l.buf)
+			l.buf = unescapeDefault(l.buf, v)
+			return l.buf[start:len(l.buf):len(l.buf)], nil
+		}
 	}
-	start := len(l.buf)
-	if esc == EscapeJSON {
-		l.buf = unescapeJSON(l.buf, v)
-	} else {
-		l.buf = unescapeDefault(l.buf, v)
-	}
-	return l.buf[start:len(l.buf):len(l.buf)]
+	return v, nil
 }
 
 func unhex(c byte) (byte, bool) {
@@ -170,48 +182,10 @@ func unescapeDefault(dst, v []byte) []byte {
 	return dst
 }
 
-// unescapeJSON reverses nginx's escape=json (\" \\ \n \r \t \b \f \u00XX).
-func unescapeJSON(dst, v []byte) []byte {
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c != '\\' || i+1 >= len(v) {
-			dst = append(dst, c)
-			continue
-		}
-		i++
-		switch v[i] {
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'b':
-			dst = append(dst, '\b')
-		case 'f':
-			dst = append(dst, '\f')
-		case 'u':
-			if i+4 < len(v) && v[i+1] == '0' && v[i+2] == '0' {
-				hi, ok1 := unhex(v[i+3])
-				lo, ok2 := unhex(v[i+4])
-				if ok1 && ok2 {
-					dst = append(dst, hi<<4|lo)
-					i += 4
-					continue
-				}
-			}
-			dst = append(dst, '\\', 'u')
-		default:
-			dst = append(dst, v[i])
-		}
-	}
-	return dst
-}
-
 func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
-	b := l.value(esc, raw)
+	b, err := l.value(esc, raw)
 	if b == nil {
-		return nil
+		return err
 	}
 	switch v {
 	case VarRemoteAddr:
@@ -229,7 +203,7 @@ func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
 		}
 		l.setTime(t, 3)
 	case VarTimeISO8601:
-		t, ok := parseISO8601(b)
+		t, ok := parseISO8601(b, 0)
 		if !ok {
 			return fmt.Errorf("%w: time_iso8601 %q", ErrBadField, b)
 		}
@@ -337,19 +311,14 @@ func splitRequest(r []byte) (method, uri, proto []byte) {
 
 // atoi parses a non-negative decimal of at most 18 digits.
 func atoi(b []byte) (int, bool) {
-	if len(b) == 0 || len(b) > 18 {
+	if len(b) > 18 {
 		return 0, false
 	}
-	n := 0
-	for _, c := range b {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n, true
+	n, ok := atou64(b)
+	return int(n), ok
 }
 
+// atou64 parses a non-negative decimal of at most 19 digits.
 func atou64(b []byte) (uint64, bool) {
 	if len(b) == 0 || len(b) > 19 {
 		return 0, false
@@ -406,11 +375,13 @@ func parseMsec(b []byte) (time.Time, bool) {
 	return time.Unix(sec, nsec).UTC(), true
 }
 
+// digits parses the n (at most 19) decimal digits at the start of b.
 func digits(b []byte, n int) (int, bool) {
 	if len(b) < n {
 		return 0, false
 	}
-	return atoi(b[:n])
+	v, ok := atou64(b[:n])
+	return int(v), ok
 }
 
 var months = [12]string{"Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"}
@@ -442,12 +413,52 @@ func parseTimeLocal(b []byte) (time.Time, bool) {
 	if !ok {
 		return time.Time{}, false
 	}
-	return mkTime(year, mon+1, day, hh, mm, ss, off)
+	t, ok := civilTime(year, mon+1, day, hh, mm, ss, time.UTC)
+	if !ok {
+		return time.Time{}, false
+	}
+	return t.Add(-time.Duration(off) * time.Second), true
 }
 
-// parseISO8601 parses $time_iso8601: "2026-11-30T07:30:15+00:00".
-func parseISO8601(b []byte) (time.Time, bool) {
-	if len(b) < 20 || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' {
+// parseISO8601 parses an RFC 3339 date-time with a "Z" or "+01:00" zone and
+// at most maxFrac digits of fractional seconds (1 to 9; 0: none): nginx's
+// $time_iso8601 is "2026-11-30T07:30:15+00:00", a Caddy "ts" string
+// "2026-11-30T07:30:15.123456789Z".
+func parseISO8601(b []byte, maxFrac int) (time.Time, bool) {
+	t, ok := parseDateTime(b, '-', 'T', time.UTC)
+	if !ok || len(b) < 20 {
+		return time.Time{}, false
+	}
+	z := b[19:]
+	var nsec int
+	if z[0] == '.' && maxFrac > 0 {
+		j := 1
+		for j < len(z) && z[j] >= '0' && z[j] <= '9' {
+			j++
+		}
+		if j == 1 || j-1 > min(maxFrac, 9) {
+			return time.Time{}, false
+		}
+		nsec, _ = atoi(z[1:j])
+		for k := j - 1; k < 9; k++ {
+			nsec *= 10
+		}
+		z = z[j:]
+	}
+	var off int
+	if len(z) != 1 || z[0] != 'Z' {
+		if off, ok = parseZone(z, true); !ok {
+			return time.Time{}, false
+		}
+	}
+	return t.Add(time.Duration(nsec) - time.Duration(off)*time.Second), true
+}
+
+// parseDateTime parses the "2026-11-30T07:30:15" at the start of b (19
+// bytes), with dateSep between the parts of the date and sep before the time,
+// as wall-clock time in loc.
+func parseDateTime(b []byte, dateSep, sep byte, loc *time.Location) (time.Time, bool) {
+	if len(b) < 19 || b[4] != dateSep || b[7] != dateSep || b[10] != sep || b[13] != ':' || b[16] != ':' {
 		return time.Time{}, false
 	}
 	year, ok1 := digits(b[0:], 4)
@@ -459,17 +470,7 @@ func parseISO8601(b []byte) (time.Time, bool) {
 	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) {
 		return time.Time{}, false
 	}
-	var off int
-	z := b[19:]
-	if len(z) == 1 && z[0] == 'Z' {
-		off = 0
-	} else {
-		var ok bool
-		if off, ok = parseZone(z, true); !ok {
-			return time.Time{}, false
-		}
-	}
-	return mkTime(year, mon, day, hh, mm, ss, off)
+	return civilTime(year, mon, day, hh, mm, ss, loc)
 }
 
 // parseZone parses "+0100" (or "+01:00" when colon) into seconds east of UTC.
@@ -500,10 +501,10 @@ func parseZone(z []byte, colon bool) (int, bool) {
 	return off, true
 }
 
-func mkTime(year, mon, day, hh, mm, ss, off int) (time.Time, bool) {
+// civilTime is time.Date for fields that are in range (a leap second 60 is).
+func civilTime(year, mon, day, hh, mm, ss int, loc *time.Location) (time.Time, bool) {
 	if mon < 1 || mon > 12 || day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60 {
 		return time.Time{}, false
 	}
-	t := time.Date(year, time.Month(mon), day, hh, mm, ss, 0, time.UTC)
-	return t.Add(-time.Duration(off) * time.Second), true
+	return time.Date(year, time.Month(mon), day, hh, mm, ss, 0, loc), true
 }

@@ -19,6 +19,22 @@ type want struct {
 	time                                                              time.Time
 }
 
+// checkErr fails t unless err wraps want, or is nil when want is. It
+// reports whether a parse that succeeded as wanted is left to check.
+func checkErr(t *testing.T, err, want error) bool {
+	t.Helper()
+	if want != nil {
+		if !errors.Is(err, want) {
+			t.Fatalf("err = %v, want %v", err, want)
+		}
+		return false
+	}
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return true
+}
+
 func checkLine(t *testing.T, l *NginxLine, w want) {
 	t.Helper()
 	eq := func(name string, got []byte, want string) {
@@ -115,15 +131,8 @@ func TestParseNginx(t *testing.T) {
 	var l NginxLine
 	for _, tc := range nginxCases {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.format.Parse([]byte(tc.line+"\n"), &l)
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) {
-					t.Fatalf("err = %v, want %v", err, tc.err)
-				}
+			if !checkErr(t, tc.format.Parse([]byte(tc.line+"\n"), &l), tc.err) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Parse: %v", err)
 			}
 			checkLine(t, &l, tc.want)
 		})
@@ -318,5 +327,17 @@ func BenchmarkParseNginxLine(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestFormatStringQuotesName: a name that is not a plain word is quoted, so
+// that String reads back as the same format (the fuzzer's "0\r0").
+func TestFormatStringQuotesName(t *testing.T) {
+	for _, name := range []string{"main", "0\r0", "a b", "x;y", `it's\`, "${v}", "#c", ""} {
+		f := mustCompile(name, EscapeJSON, `{"a":"$remote_addr"}`)
+		g, err := ParseLogFormat(f.String())
+		if err != nil || g.Name != name || g.Text != f.Text || g.Escape != f.Escape {
+			t.Errorf("%q: %s read back as %+v, %v", name, f.String(), g, err)
+		}
 	}
 }
