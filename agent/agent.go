@@ -59,6 +59,9 @@ type Config struct {
 	CaddyLogs      []string
 	NginxErrorLogs []string
 	StateDir       string // tail offsets; "" = start at the end of each log
+	// SymlinkDirs: a log path that is a symbolic link is followed only into
+	// these directories (logparse.TailOptions.SymlinkDirs).
+	SymlinkDirs []string
 
 	JSONL io.Writer // nil = no JSONL stream
 	// JSONLOptions: FlushAfter 0 takes DefaultJSONLFlush (a SIGKILL loses

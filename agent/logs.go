@@ -14,7 +14,7 @@ import (
 )
 
 func (a *Agent) tailOpts(path string) logparse.TailOptions {
-	o := logparse.TailOptions{Counters: &a.lines, Logger: a.log}
+	o := logparse.TailOptions{Counters: &a.lines, Logger: a.log, SymlinkDirs: a.cfg.SymlinkDirs}
 	if a.cfg.StateDir != "" {
 		o.OffsetFile = logparse.OffsetFileFor(a.cfg.StateDir, path)
 	} else {

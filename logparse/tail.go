@@ -40,6 +40,11 @@ type TailOptions struct {
 	// writes (nginx writes to the old file until it reopens its logs)
 	// after a new file appeared at the path (default 5s).
 	RotateWait time.Duration
+	// SymlinkDirs: a path that is a symbolic link is followed only when
+	// its target resolves inside one of these directories ("/" allows
+	// every target). Empty: symbolic links are refused, so a log path
+	// cannot be pointed at a file pqwatch should not read.
+	SymlinkDirs []string
 	// Counters receives too_long counts; may be nil.
 	Counters *LineCounters
 	// Logger for rotation events; nil discards.
@@ -49,6 +54,7 @@ type TailOptions struct {
 // TailStats counts the tailer's file events.
 type TailStats struct {
 	Lines       uint64 // lines delivered
+	Refused     uint64 // opens refused: not a regular file, or a symbolic link not allowed
 	TooLong     uint64 // lines skipped for exceeding MaxLineBytes
 	Rotations   uint64 // rename-and-create rotations followed
 	Truncations uint64 // copytruncate (or other shrink/replace in place) seen
@@ -85,7 +91,8 @@ type Tailer struct {
 	cur      *tfile
 	draining []*tfile
 	finished []uint64 // recently finished inodes (ring)
-	stats    struct{ lines, tooLong, rotations, truncations, gaps atomic.Uint64 }
+	stats    struct{ lines, tooLong, rotations, truncations, gaps, refused atomic.Uint64 }
+	refusal  string // the last refusal logged, so each is said once
 
 	mu        sync.Mutex
 	curIno    uint64
@@ -141,7 +148,7 @@ func (t *Tailer) Offset() (inode uint64, off int64) {
 func (t *Tailer) Stats() TailStats {
 	return TailStats{
 		Lines: t.stats.lines.Load(), TooLong: t.stats.tooLong.Load(), Rotations: t.stats.rotations.Load(),
-		Truncations: t.stats.truncations.Load(), Gaps: t.stats.gaps.Load(),
+		Truncations: t.stats.truncations.Load(), Gaps: t.stats.gaps.Load(), Refused: t.stats.refused.Load(),
 	}
 }
 
@@ -189,9 +196,50 @@ func fileID(fi os.FileInfo) (dev, ino uint64) {
 	return 0, 0
 }
 
-func openAt(name string, off int64) (*tfile, error) {
-	f, err := os.Open(name)
+// Errors of a path the tailer refuses to read.
+var (
+	ErrNotRegular = errors.New("logparse: not a regular file")
+	ErrSymlink    = errors.New("logparse: a symbolic link outside the allowed directories")
+)
+
+// openAt opens name for tailing at off. Only a regular file is read: a
+// FIFO would block (and hang shutdown), a device such as /dev/zero never
+// ends. A symbolic link is followed only into opts.SymlinkDirs. A refusal
+// is logged once (until the path changes) and counted; the tailer keeps
+// watching the path.
+func (t *Tailer) openAt(name string, off int64) (*tfile, error) {
+	tf, err := t.open(name, off)
+	if errors.Is(err, ErrNotRegular) || errors.Is(err, ErrSymlink) {
+		t.stats.refused.Add(1)
+		if msg := err.Error(); msg != t.refusal {
+			t.refusal = msg
+			t.log.Error("tail: refusing to read the log", "path", name, "err", err)
+		}
+	} else if err == nil {
+		t.refusal = ""
+	}
+	return tf, err
+}
+
+func (t *Tailer) open(name string, off int64) (*tfile, error) {
+	li, err := os.Lstat(name)
 	if err != nil {
+		return nil, err
+	}
+	flags := os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOFOLLOW
+	target := name
+	if li.Mode()&os.ModeSymlink != 0 {
+		if target, err = t.allowedTarget(name); err != nil {
+			return nil, err
+		}
+	} else if !li.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is a %s; point the flag at the log file itself", ErrNotRegular, name, fileKind(li.Mode()))
+	}
+	f, err := os.OpenFile(target, flags, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, fmt.Errorf("%w: %s became a symbolic link", ErrSymlink, name)
+		}
 		return nil, err
 	}
 	fi, err := f.Stat()
@@ -199,9 +247,49 @@ func openAt(name string, off int64) (*tfile, error) {
 		f.Close()
 		return nil, err
 	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is a %s", ErrNotRegular, name, fileKind(fi.Mode()))
+	}
 	tf := &tfile{f: f, name: name, off: off, pos: off, bufStart: off}
 	tf.dev, tf.ino = fileID(fi)
 	return tf, nil
+}
+
+// allowedTarget resolves a symbolic link at name and returns its target
+// when that lies inside one of opts.SymlinkDirs.
+func (t *Tailer) allowedTarget(name string) (string, error) {
+	target, err := filepath.EvalSymlinks(name)
+	if err != nil {
+		return "", err
+	}
+	for _, d := range t.opts.SymlinkDirs {
+		dir, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			continue
+		}
+		if rel, err := filepath.Rel(dir, target); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return target, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s points to %s; allow its directory with -log-symlink-dirs", ErrSymlink, name, target)
+}
+
+// fileKind names a non-regular file type for a message.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "FIFO"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeCharDevice != 0:
+		return "character device"
+	case m&os.ModeDevice != 0:
+		return "device"
+	case m.IsDir():
+		return "directory"
+	}
+	return "special file"
 }
 
 // fingerprintAt reports whether f holds fp right before off.
@@ -242,7 +330,7 @@ func (t *Tailer) poll(ctx context.Context, fn func([]byte, time.Time)) {
 		return
 	}
 	if t.cur == nil {
-		tf, err := openAt(t.path, 0)
+		tf, err := t.openAt(t.path, 0)
 		if err != nil {
 			return // not there yet
 		}
@@ -298,14 +386,14 @@ func (t *Tailer) checkRotation(ctx context.Context, now time.Time, fn func([]byt
 		if fi1, err := os.Stat(t.path + ".1"); err == nil {
 			d1, i1 := fileID(fi1)
 			if !(d1 == dev && i1 == ino) && !t.known(i1) {
-				if mid, err := openAt(t.path+".1", 0); err == nil {
+				if mid, err := t.openAt(t.path+".1", 0); err == nil {
 					mid.rotated = now
 					t.draining = append(t.draining, mid)
 				}
 			}
 		}
 		t.cur = nil
-		if tf, err := openAt(t.path, 0); err == nil {
+		if tf, err := t.openAt(t.path, 0); err == nil {
 			t.cur = tf
 		}
 		t.saveDirty = true
@@ -338,7 +426,7 @@ func (t *Tailer) truncated(cur *tfile, now time.Time) {
 	t.log.Info("tail: truncated", "path", cur.name)
 	found := false
 	if cur.off > 0 {
-		if cp, err := openAt(t.path+".1", cur.off); err == nil {
+		if cp, err := t.openAt(t.path+".1", cur.off); err == nil {
 			fi, err := cp.f.Stat()
 			if err == nil && fi.Size() >= cur.off && fingerprintAt(cp.f, cur.off, cur.tail) && cp.ino != cur.ino {
 				cp.tail = cur.tail
@@ -577,7 +665,7 @@ func (t *Tailer) restore() error {
 		}
 	}
 	now := time.Now()
-	cur, curErr := openAt(t.path, 0)
+	cur, curErr := t.openAt(t.path, 0)
 	if entries == nil {
 		if curErr == nil && t.opts.StartAtEnd {
 			if fi, err := cur.f.Stat(); err == nil {
@@ -599,7 +687,7 @@ func (t *Tailer) restore() error {
 		}
 		return nil
 	}
-	rot, rotErr := openAt(t.path+".1", 0)
+	rot, rotErr := t.openAt(t.path+".1", 0)
 	usedRot, usedCur := false, false
 	for _, e := range entries {
 		switch {

@@ -1,15 +1,18 @@
 package logparse
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -286,4 +289,53 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.Rename(tmp, dst)
+}
+
+// TestTailRefusesSpecialFiles: a FIFO, a device and a symbolic link that
+// was not allowed are refused (said once, counted), and the tailer still
+// stops at once when asked; an allowed link is followed.
+func TestTailRefusesSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.log")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	secretDir := t.TempDir()
+	secret := filepath.Join(secretDir, "secret")
+	if err := os.WriteFile(secret, []byte("2026/01/01 12:00:00 [emerg] 1#1: the secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "error.log")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		path  string
+		dirs  []string
+		lines int
+	}{
+		"fifo":           {fifo, nil, 0},
+		"device":         {"/dev/zero", nil, 0},
+		"link refused":   {link, nil, 0},
+		"link elsewhere": {link, []string{dir}, 0},
+		"link allowed":   {link, []string{secretDir}, 1},
+		"everything (/)": {link, []string{"/"}, 1},
+	} {
+		var logs bytes.Buffer
+		tl := NewTailer(c.path, TailOptions{PollInterval: 10 * time.Millisecond, SymlinkDirs: c.dirs, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		n := 0
+		start := time.Now()
+		if err := tl.Run(ctx, func([]byte, time.Time) { n++ }); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+		cancel()
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("%s: Run took %v to stop", name, d)
+		}
+		refused := c.lines == 0
+		if n != c.lines || (tl.Stats().Refused > 0) != refused || refused && strings.Count(logs.String(), "refusing") != 1 {
+			t.Errorf("%s: %d lines, %d refusals, log:\n%s", name, n, tl.Stats().Refused, logs.String())
+		}
+	}
 }

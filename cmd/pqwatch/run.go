@@ -41,6 +41,7 @@ type runFlags struct {
 	pprof       bool
 	captureAll  bool
 	lineBuf     bool
+	symlinkDirs string
 }
 
 func (rf *runFlags) register(fs *flag.FlagSet) {
@@ -61,6 +62,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&rf.pprof, "pprof", false, "serve Go profiling under /debug/pprof/ on the metrics address")
+	fs.StringVar(&rf.symlinkDirs, "log-symlink-dirs", "", "comma-separated `dirs`: a log path that is a symbolic link is followed only when its target lies inside one of them (/ allows all; default: links are refused)")
 	fs.BoolVar(&rf.lineBuf, "line-buffered", false, "with -format jsonl, write every record through at once (default: at once when the output is a pipe or terminal, else within half a second)")
 	fs.BoolVar(&rf.captureAll, "capture-all", false, "keep every frame (default: pure ACKs and TLS application-data segments are dropped in the kernel)")
 }
@@ -82,6 +84,11 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	}
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
+	}
+	for d := range strings.SplitSeq(rf.symlinkDirs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			cfg.SymlinkDirs = append(cfg.SymlinkDirs, d)
+		}
 	}
 	closeOut := func() error { return nil }
 	if rf.ifaces != "" {
