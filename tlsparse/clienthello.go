@@ -21,6 +21,7 @@ type ClientHello struct {
 	LegacyVersion       uint16
 	Random              []byte
 	SessionID           []byte
+	SessionTicket       []byte // session_ticket's ticket (RFC 5077): a TLS 1.2 session offered for resumption; nil when empty
 	CipherSuites        []uint16
 	CompressionMethods  []byte
 	Extensions          []uint16 // extension types in wire order
@@ -201,6 +202,10 @@ func (ch *ClientHello) parseExtension(typ uint16, data cryptobyte.String) error 
 			var alg uint16
 			list.ReadUint16(&alg)
 			ch.SignatureAlgorithms = append(ch.SignatureAlgorithms, alg)
+		}
+	case ExtSessionTicket:
+		if len(data) > 0 {
+			ch.SessionTicket = data
 		}
 	case ExtECH:
 		ch.ECH = true

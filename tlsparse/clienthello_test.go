@@ -272,3 +272,31 @@ func TestClientHelloZeroAllocs(t *testing.T) {
 		t.Errorf("ClientHello.Parse + AppendJA4 + Group.String: %v allocs/run, want 0", allocs)
 	}
 }
+
+// TestClientHelloSessionTicket: a non-empty session_ticket offers a TLS 1.2
+// session for resumption; an empty one only asks for a new ticket.
+func TestClientHelloSessionTicket(t *testing.T) {
+	ticket := []byte("opaque ticket bytes")
+	for _, tc := range []struct {
+		name      string
+		exts      []ext
+		sidLen    int
+		wantTick  string
+		wantSIDLn int
+	}{
+		{"ticket_offered", []ext{{ExtSessionTicket, ticket}}, 32, string(ticket), 32},
+		{"empty_ticket_extension", []ext{{ExtSessionTicket, nil}}, 0, "", 0},
+		{"no_ticket_extension", []ext{sniExt("a.test")}, 16, "", 16},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ch ClientHello
+			msg := buildClientHello(chSpec{legacyVersion: VersionTLS12, sessionIDLen: tc.sidLen, ciphers: []uint16{0xc02f}, exts: tc.exts})
+			if err := ch.Parse(msg); err != nil {
+				t.Fatal(err)
+			}
+			if string(ch.SessionTicket) != tc.wantTick || (tc.wantTick == "") != (ch.SessionTicket == nil) || len(ch.SessionID) != tc.wantSIDLn {
+				t.Errorf("SessionTicket %q SessionID %d bytes; want %q, %d", ch.SessionTicket, len(ch.SessionID), tc.wantTick, tc.wantSIDLn)
+			}
+		})
+	}
+}

@@ -158,10 +158,11 @@ func chromeLikeClientHello() []byte {
 }
 
 type shSpec struct {
-	version uint16
-	random  []byte
-	cipher  uint16
-	exts    []ext
+	version   uint16
+	random    []byte
+	sessionID []byte // nil: 32 zero bytes
+	cipher    uint16
+	exts      []ext
 }
 
 func buildServerHello(s shSpec) []byte {
@@ -174,7 +175,11 @@ func buildServerHello(s shSpec) []byte {
 			r = make([]byte, 32)
 		}
 		b.AddBytes(r)
-		b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(make([]byte, 32)) })
+		sid := s.sessionID
+		if sid == nil {
+			sid = make([]byte, 32)
+		}
+		b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(sid) })
 		b.AddUint16(s.cipher)
 		b.AddUint8(0)
 		if s.exts == nil {

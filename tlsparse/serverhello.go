@@ -22,6 +22,10 @@ var helloRetryRequestRandom = []byte{
 type ServerHello struct {
 	Length        int // whole handshake message, 4-byte header included
 	LegacyVersion uint16
+	// SessionID is legacy_session_id (TLS 1.2: equal to a non-empty
+	// ClientHello session_id when the server resumes that session; TLS 1.3
+	// echoes the client's value whatever happens).
+	SessionID []byte
 	// Version is the negotiated version: supported_versions'
 	// selected_version when present, else LegacyVersion.
 	Version     uint16
@@ -33,8 +37,12 @@ type ServerHello struct {
 	Group Group
 	// KeyShareLen is the length of the server's key_exchange (0 for HRR).
 	KeyShareLen int
-	Extensions  []uint16
-	ALPN        []byte // the selected protocol, when sent
+	// PSK reports a pre_shared_key extension: the TLS 1.3 server accepted
+	// one of the client's pre-shared keys (a resumption). Without a
+	// key_share (Group 0) it is psk_ke, with no key exchange at all.
+	PSK        bool
+	Extensions []uint16
+	ALPN       []byte // the selected protocol, when sent
 }
 
 var (
@@ -71,6 +79,7 @@ func (sh *ServerHello) Parse(msg []byte) error {
 		!s.ReadUint8(&compression) {
 		return errSHHeader
 	}
+	sh.SessionID = sessionID
 	sh.Version = sh.LegacyVersion
 	sh.HRR = bytes.Equal(random, helloRetryRequestRandom)
 
@@ -117,6 +126,11 @@ func (sh *ServerHello) Parse(msg []byte) error {
 				return errSHALPN
 			}
 			sh.ALPN = proto
+		case ExtPreSharedKey:
+			// RFC 8446 section 4.2.11: selected_identity. Its presence is
+			// what counts; a draft-era body is not a reason to lose the
+			// rest of the ServerHello.
+			sh.PSK = true
 		}
 	}
 	return nil
@@ -197,6 +211,19 @@ func signatureEnds(s cryptobyte.String) bool {
 	var alg uint16
 	return s.ReadUint16(&alg) && s.ReadUint16LengthPrefixed(&sig) && s.Empty()
 }
+
+// IsDHECipherSuite reports whether the TLS 1.0-1.2 suite id uses an
+// ephemeral finite-field Diffie-Hellman key exchange (DHE_* or DH_anon_*),
+// whose ServerKeyExchange carries the server's prime rather than a group
+// name.
+func IsDHECipherSuite(id uint16) bool {
+	name := cipherSuiteName(id)
+	return strings.HasPrefix(name, "TLS_DHE_") || strings.HasPrefix(name, "TLS_DH_anon_")
+}
+
+// KnownCipherSuite reports whether id is an assigned suite (so its key
+// exchange is known from its name).
+func KnownCipherSuite(id uint16) bool { return cipherSuiteName(id) != "" }
 
 // IsECDHECipherSuite reports whether the TLS 1.0-1.2 suite id uses an
 // ephemeral elliptic-curve key exchange (ECDHE_* or ECDH_anon_*), whose

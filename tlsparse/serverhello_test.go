@@ -150,3 +150,58 @@ func TestIsECDHECipherSuite(t *testing.T) {
 		}
 	}
 }
+
+// TestServerHelloResumption checks what tells a resumed session: the
+// legacy_session_id (TLS 1.2 echoes the client's on resumption) and the
+// pre_shared_key extension (TLS 1.3), with or without a key_share.
+func TestServerHelloResumption(t *testing.T) {
+	ks := keyShareExt(KeyShare{GroupX25519, 32}).data[2:] // one ServerHello KeyShareEntry
+	sid := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	for _, tc := range []struct {
+		name      string
+		msg       []byte
+		sessionID []byte
+		psk       bool
+		group     Group
+	}{
+		{"TLS12_echoed_session_id", buildServerHello(shSpec{version: VersionTLS12, sessionID: sid, cipher: 0xc02f, exts: []ext{}}), sid, false, 0},
+		{"TLS12_empty_session_id", buildServerHello(shSpec{version: VersionTLS12, sessionID: []byte{}, cipher: 0xc02f}), nil, false, 0},
+		{"TLS13_psk_dhe_ke", buildServerHello(shSpec{version: VersionTLS12, cipher: 0x1301, exts: []ext{
+			{ExtSupportedVersions, []byte{3, 4}}, {ExtKeyShare, ks}, {ExtPreSharedKey, []byte{0, 0}}}}), make([]byte, 32), true, GroupX25519},
+		{"TLS13_psk_ke", buildServerHello(shSpec{version: VersionTLS12, cipher: 0x1301, exts: []ext{
+			{ExtSupportedVersions, []byte{3, 4}}, {ExtPreSharedKey, []byte{0, 1}}}}), make([]byte, 32), true, 0},
+		{"TLS13_full", tls13ServerHello(GroupX25519, 32), make([]byte, 32), false, GroupX25519},
+		{"go_TLS12_full", loadGolden(t, "go_tls12_sh"), nil, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sh ServerHello
+			if err := sh.Parse(tc.msg); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if tc.name == "go_TLS12_full" {
+				tc.sessionID = sh.SessionID // Go picks a random one; only its length is fixed
+				if len(sh.SessionID) != 32 && len(sh.SessionID) != 0 {
+					t.Errorf("len(SessionID) = %d", len(sh.SessionID))
+				}
+			}
+			if string(sh.SessionID) != string(tc.sessionID) || sh.PSK != tc.psk || sh.Group != tc.group {
+				t.Errorf("SessionID %x PSK %v Group %v; want %x %v %v", sh.SessionID, sh.PSK, sh.Group, tc.sessionID, tc.psk, tc.group)
+			}
+		})
+	}
+}
+
+func TestIsDHECipherSuite(t *testing.T) {
+	for id, want := range map[uint16]bool{
+		0x009e: true, 0x0033: true, 0x0018: true, 0xccaa: true, // DHE_RSA, DH_anon, DHE_RSA_CHACHA20
+		0xc02f: false, 0x002f: false, 0x1301: false, 0x000d: false, // ECDHE, RSA, TLS 1.3, static DH
+		0x0a0a: false,
+	} {
+		if got := IsDHECipherSuite(id); got != want {
+			t.Errorf("IsDHECipherSuite(%#04x) = %v, want %v", id, got, want)
+		}
+	}
+	if !KnownCipherSuite(0x002f) || KnownCipherSuite(0x0a0a) {
+		t.Error("KnownCipherSuite: 0x002f must be known, GREASE 0x0a0a not")
+	}
+}
