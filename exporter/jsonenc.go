@@ -58,6 +58,10 @@ func AppendJSON(dst []byte, h *record.Handshake) []byte {
 	dst = appendOptInt(dst, `,"server_hello_bytes":`, int64(h.ServerHelloBytes))
 	dst = appendOptInt(dst, `,"client_hello_segments":`, int64(h.ClientHelloSegments))
 	dst = appendOptInt(dst, `,"client_hello_wire_segments":`, int64(h.ClientHelloWireSegments))
+	dst = appendOptString(dst, `,"group_missing":`, h.GroupMissing)
+	if h.Resumed {
+		dst = append(dst, `,"resumed":true`...)
+	}
 	dst = append(dst, `,"outcome":`...)
 	dst = appendString(dst, h.Outcome)
 	dst = appendOptString(dst, `,"alert":`, h.Alert)

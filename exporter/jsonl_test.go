@@ -26,7 +26,14 @@ func jsonCases() map[string]*record.Handshake {
 	alert := classicalRecord()
 	alert.Outcome, alert.Alert, alert.Log, alert.Generation = record.OutcomeAlert, "handshake_failure", nil, nil
 	alert.HRR, alert.HRRGroup, alert.ClientHelloWireSegments = true, "secp256r1", 3
+	resumed12 := classicalRecord()
+	resumed12.Version, resumed12.Group, resumed12.Resumed, resumed12.GroupMissing = "TLS1.2", "", true, record.GroupMissingResumed
+	resumed13 := sampleRecord()
+	resumed13.Resumed = true
+	rsa := classicalRecord()
+	rsa.Version, rsa.Group, rsa.GroupMissing = "TLS1.2", "", record.GroupMissingNoKeyExchange
 	return map[string]*record.Handshake{
+		"resumed TLS1.2": resumed12, "resumed TLS1.3": resumed13, "RSA key transport": rsa,
 		"hybrid": sampleRecord(), "classical": classicalRecord(), "minimal": minimal,
 		"escapes": escapes, "non-UTC ts": local, "alert with HRR": alert,
 		"empty slices": {ALPN: []string{}, KeyShares: []record.KeyShare{}, Log: &record.Log{}, Generation: &record.Generation{}},

@@ -45,6 +45,19 @@ const (
 	OutcomeTruncated = "truncated"
 )
 
+// GroupMissing values: why a completed handshake (outcome ok) has no group.
+const (
+	// GroupMissingResumed: a resumed TLS 1.2 session, no key exchange on
+	// the wire.
+	GroupMissingResumed = "resumed"
+	// GroupMissingNoKeyExchange: the negotiation has none (TLS 1.2 RSA key
+	// transport or another suite without (EC)DHE, TLS 1.3 psk_ke).
+	GroupMissingNoKeyExchange = "no_key_exchange"
+	// GroupMissingUnknown: the message that carries the group was not
+	// captured or not parsed, or names no group.
+	GroupMissingUnknown = "unknown"
+)
+
 // Transport values.
 const (
 	TransportTCP  = "tcp"
@@ -73,6 +86,8 @@ type Handshake struct {
 	ServerHelloBytes        int         `json:"server_hello_bytes,omitempty"`
 	ClientHelloSegments     int         `json:"client_hello_segments,omitempty"`
 	ClientHelloWireSegments int         `json:"client_hello_wire_segments,omitempty"`
+	GroupMissing            string      `json:"group_missing,omitempty"` // GroupMissing* values
+	Resumed                 bool        `json:"resumed,omitempty"`
 	Outcome                 string      `json:"outcome"`
 	Alert                   string      `json:"alert,omitempty"`
 	HandshakeRTTMicros      int64       `json:"handshake_rtt_us,omitempty"`
