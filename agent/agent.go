@@ -20,11 +20,13 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
@@ -83,9 +85,14 @@ type Config struct {
 	// OnRecord, when set, is one more sink.
 	OnRecord func(*record.Handshake)
 
-	// Pprof serves net/http/pprof under /debug/pprof/ on the metrics
-	// listener (off by default: it exposes internals).
-	Pprof bool
+	// WebConfigFile: TLS and basic auth of the metrics endpoint
+	// (exporter-toolkit's web configuration). MaxHTTPConns caps its
+	// connections (0: exporter.DefaultMaxConns).
+	WebConfigFile string
+	MaxHTTPConns  int
+	// PprofAddr, when set, serves net/http/pprof on this loopback address,
+	// a listener of its own (it exposes internals).
+	PprofAddr string
 
 	Version string // pqwatch_build_info{version}
 
@@ -211,7 +218,8 @@ func New(cfg Config) (a *Agent, err error) {
 		w.sn = sniffer.New(sc)
 		a.workers = append(a.workers, w)
 	}
-	a.reg.MustRegister(exporter.NewCaptureCollector(a.captureStats))
+	a.reg.MustRegister(exporter.NewCaptureCollector(a.captureStats),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	a.metrics.ParseErrorsFrom(a.parseErrors)
 	a.metrics.LogLinesFrom(a.tooLongLines)
 	if a.joiner != nil {
@@ -378,11 +386,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopBG()
 	wg.Wait()
 	a.closeOpened()
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = srv.Shutdown(sctx)
-		cancel()
-	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	srv.shutdown(sctx)
+	cancel()
 	if capErr != nil && !errors.Is(capErr, context.Canceled) {
 		return fmt.Errorf("agent: capture: %w", capErr)
 	}
@@ -447,35 +453,90 @@ func (a *Agent) captureStats() exporter.CaptureStats {
 	return out
 }
 
-func (a *Agent) startHTTP() (*http.Server, error) {
+// httpServers are the metrics endpoint and, when asked for, the profiling
+// one.
+type httpServers struct {
+	metrics *exporter.Server
+	pprof   *http.Server
+}
+
+func (h httpServers) shutdown(ctx context.Context) {
+	if h.metrics != nil {
+		_ = h.metrics.Shutdown(ctx)
+	}
+	if h.pprof != nil {
+		_ = h.pprof.Shutdown(ctx)
+	}
+}
+
+func (a *Agent) startHTTP() (httpServers, error) {
+	var hs httpServers
 	ln := a.cfg.Listener
-	if ln == nil {
-		if a.cfg.MetricsAddr == "" {
-			return nil, nil
-		}
+	if ln == nil && a.cfg.MetricsAddr != "" {
 		var err error
 		if ln, err = net.Listen("tcp", a.cfg.MetricsAddr); err != nil {
-			return nil, fmt.Errorf("agent: metrics listener: %w", err)
+			return hs, fmt.Errorf("agent: metrics listener: %w", err)
 		}
 	}
-	var h http.Handler = exporter.Handler(a.reg)
-	if a.cfg.Pprof {
+	if ln != nil {
+		srv, err := exporter.StartServer(exporter.ServerConfig{Listener: ln, Handler: exporter.Handler(a.reg),
+			WebConfigFile: a.cfg.WebConfigFile, MaxConns: a.cfg.MaxHTTPConns, Logger: a.log})
+		if err != nil {
+			ln.Close()
+			return hs, fmt.Errorf("agent: %w", err)
+		}
+		hs.metrics = srv
+		a.log.Info("serving metrics", "addr", ln.Addr().String(), "web_config", a.cfg.WebConfigFile)
+	}
+	if a.cfg.PprofAddr != "" {
+		pl, err := listenLoopback(a.cfg.PprofAddr)
+		if err != nil {
+			hs.shutdown(context.Background())
+			return hs, fmt.Errorf("agent: -pprof-addr: %w", err)
+		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/profile", boundedSeconds(pprof.Profile))
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.Handle("/", h)
-		h = mux
+		mux.HandleFunc("/debug/pprof/trace", boundedSeconds(pprof.Trace))
+		hs.pprof = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+		go func() {
+			if err := hs.pprof.Serve(pl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.log.Error("pprof server", "err", err)
+			}
+		}()
+		a.log.Info("serving pprof", "addr", pl.Addr().String())
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			a.log.Error("metrics server", "err", err)
+	return hs, nil
+}
+
+// maxProfileSeconds bounds ?seconds= of a CPU profile or trace.
+const maxProfileSeconds = 60
+
+// boundedSeconds refuses profiles longer than maxProfileSeconds.
+func boundedSeconds(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("seconds"); v != "" {
+			if n, err := strconv.ParseFloat(v, 64); err != nil || n > maxProfileSeconds || n < 0 {
+				http.Error(w, fmt.Sprintf("seconds must be 0..%d", maxProfileSeconds), http.StatusBadRequest)
+				return
+			}
 		}
-	}()
-	a.log.Info("serving metrics", "addr", ln.Addr().String())
-	return srv, nil
+		h(w, r)
+	}
+}
+
+// listenLoopback listens on addr, which must be a loopback address: the
+// profiler shows the agent's internals.
+func listenLoopback(addr string) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, fmt.Errorf("%s is not a loopback address (profiling is served on localhost only)", addr)
+	}
+	return net.Listen("tcp", addr)
 }
 
 // SnifferStats sums the workers' sniffer counters.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -299,5 +300,63 @@ func TestRunKilledKeepsJSONL(t *testing.T) {
 	b, _ := os.ReadFile(out)
 	if lines := strings.Count(string(b), "\n"); lines != ok || ok != n {
 		t.Errorf("after SIGKILL: %d records on disk, clients completed %d of %d; agent log:\n%s", lines, ok, n, stderr.String())
+	}
+}
+
+// TestRunMetricsUnderIdleFlood: 2,000 idle connections to the metrics port
+// of an agent under a 1,024 file descriptor limit: /healthz and /metrics
+// keep answering within the liveness probe's 5 s, and process tracking
+// keeps its descriptors.
+func TestRunMetricsUnderIdleFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	maddr := l.Addr().String()
+	l.Close()
+	var stderr syncBuffer
+	pqwatchProcessEnv(t, &stderr, []string{"PQWATCH_TEST_NOFILE=1024"}, "run", "-iface", "lo", "-ports", "1", "-metrics-addr", maddr, "-format", "jsonl", "-o", os.DevNull)
+	// A new connection per request, as a probe makes (a kept-alive one
+	// would not need the agent to accept).
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	get := func(path string) error {
+		resp, err := client.Get("http://" + maddr + path)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			return fmt.Errorf("%s", resp.Status)
+		}
+		return nil
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for get("/healthz") != nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range 2000 {
+		c, err := net.DialTimeout("tcp", maddr, 2*time.Second)
+		if err != nil {
+			continue // the listen backlog may be full for a moment
+		}
+		idle = append(idle, c)
+	}
+	for _, path := range []string{"/healthz", "/metrics", "/healthz"} {
+		start := time.Now()
+		if err := get(path); err != nil {
+			t.Errorf("%s with %d idle connections open: %v (after %v)", path, len(idle), err, time.Since(start))
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // a process scan or two
+	if strings.Contains(stderr.String(), "too many open files") {
+		t.Errorf("the agent ran out of file descriptors:\n%s", stderr.String())
 	}
 }

@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/pqwatch/pqwatch/report"
@@ -27,6 +29,11 @@ func TestMain(m *testing.M) {
 		if err := json.Unmarshal([]byte(v), &args); err != nil {
 			panic(err)
 		}
+		if n, err := strconv.ParseUint(os.Getenv("PQWATCH_TEST_NOFILE"), 10, 64); err == nil {
+			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				panic(err)
+			}
+		}
 		os.Exit(runMain(context.Background(), args, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -35,9 +42,16 @@ func TestMain(m *testing.M) {
 // pqwatchProcess starts the test binary as `pqwatch ARGS...`.
 func pqwatchProcess(t *testing.T, stderr io.Writer, args ...string) *exec.Cmd {
 	t.Helper()
+	return pqwatchProcessEnv(t, stderr, nil, args...)
+}
+
+// pqwatchProcessEnv is pqwatchProcess with extra environment (e.g.
+// PQWATCH_TEST_NOFILE=N lowers its file descriptor limit).
+func pqwatchProcessEnv(t *testing.T, stderr io.Writer, env []string, args ...string) *exec.Cmd {
+	t.Helper()
 	js, _ := json.Marshal(args)
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "PQWATCH_TEST_MAIN="+string(js))
+	cmd.Env = append(append(os.Environ(), env...), "PQWATCH_TEST_MAIN="+string(js))
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -38,7 +38,9 @@ type runFlags struct {
 	procRoot    string
 	noProcs     bool
 	logLevel    string
-	pprof       bool
+	pprofAddr   string
+	webConfig   string
+	maxConns    int
 	captureAll  bool
 	lineBuf     bool
 	symlinkDirs string
@@ -61,7 +63,9 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.BoolVar(&rf.pprof, "pprof", false, "serve Go profiling under /debug/pprof/ on the metrics address")
+	fs.StringVar(&rf.pprofAddr, "pprof-addr", "", "serve Go profiling under /debug/pprof/ on this loopback `address` (e.g. 127.0.0.1:6060; a listener of its own; empty: off)")
+	fs.StringVar(&rf.webConfig, "web.config.file", "", "`file` with TLS and basic-auth settings of the metrics endpoint (Prometheus exporter-toolkit format, as node_exporter)")
+	fs.IntVar(&rf.maxConns, "metrics-max-conns", 64, "cap on open connections to the metrics endpoint; at the cap a new one closes the oldest idle one")
 	fs.StringVar(&rf.symlinkDirs, "log-symlink-dirs", "", "comma-separated `dirs`: a log path that is a symbolic link is followed only when its target lies inside one of them (/ allows all; default: links are refused)")
 	fs.BoolVar(&rf.lineBuf, "line-buffered", false, "with -format jsonl, write every record through at once (default: at once when the output is a pipe or terminal, else within half a second)")
 	fs.BoolVar(&rf.captureAll, "capture-all", false, "keep every frame (default: pure ACKs and TLS application-data segments are dropped in the kernel)")
@@ -80,7 +84,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, BlockTimeout: rf.blockTO, StateDir: rf.stateDir,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
-		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, Pprof: rf.pprof, Version: version(), CaptureAll: rf.captureAll,
+		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
 	}
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
