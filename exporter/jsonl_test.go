@@ -206,8 +206,12 @@ type lockedBuf struct {
 	b  bytes.Buffer
 }
 
-func (l *lockedBuf) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *lockedBuf) Len() int                    { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Len() }
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+func (l *lockedBuf) Len() int { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Len() }
 
 // TestJSONLFlushAfter: a line waits in the buffer at most FlushAfter; with
 // EachLine it is written at once.
