@@ -89,6 +89,8 @@ func AppendJSON(dst []byte, h *record.Handshake) []byte {
 		dst = appendOptString(dst, `,"openssl":`, g.OpenSSL)
 		dst = append(dst, '}')
 	}
+	dst = appendOptString(dst, `,"node":`, h.Node)
+	dst = appendOptString(dst, `,"id":`, h.ID)
 	return append(dst, '}')
 }
 

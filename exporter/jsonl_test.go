@@ -30,12 +30,17 @@ func jsonCases() map[string]*record.Handshake {
 	resumed12.Version, resumed12.Group, resumed12.Resumed, resumed12.GroupMissing = "TLS1.2", "", true, record.GroupMissingResumed
 	resumed13 := sampleRecord()
 	resumed13.Resumed = true
+	live := sampleRecord()
+	live.Node, live.ID = "edge-7.example", "9f3c2a1b0d4e5f60-000000000000002a"
+	nodeOnly := classicalRecord()
+	nodeOnly.Node = "edge-7"
 	rsa := classicalRecord()
 	rsa.Version, rsa.Group, rsa.GroupMissing = "TLS1.2", "", record.GroupMissingNoKeyExchange
 	return map[string]*record.Handshake{
 		"resumed TLS1.2": resumed12, "resumed TLS1.3": resumed13, "RSA key transport": rsa,
 		"hybrid": sampleRecord(), "classical": classicalRecord(), "minimal": minimal,
 		"escapes": escapes, "non-UTC ts": local, "alert with HRR": alert,
+		"live node and id": live, "node without id": nodeOnly,
 		"empty slices": {ALPN: []string{}, KeyShares: []record.KeyShare{}, Log: &record.Log{}, Generation: &record.Generation{}},
 	}
 }

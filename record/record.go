@@ -94,6 +94,12 @@ type Handshake struct {
 	JA4                     string      `json:"ja4,omitempty"`
 	Log                     *Log        `json:"log,omitempty"`
 	Generation              *Generation `json:"generation,omitempty"`
+	// Node is the node the agent observed the record on (Kubernetes node
+	// name, else the host name); ID is unique per record across nodes and
+	// agent restarts, so that consumers of at-least-once delivery can drop
+	// duplicates. Live mode only: analyze leaves both empty.
+	Node string `json:"node,omitempty"`
+	ID   string `json:"id,omitempty"`
 
 	// Fields below are internal to pqwatch (not part of the SPEC record) and
 	// never serialised. They let joins and forecasts work without re-parsing.
