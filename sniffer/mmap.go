@@ -3,6 +3,7 @@ package sniffer
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"syscall"
 	"time"
@@ -53,6 +54,13 @@ func readMappedPcap(f *os.File, size int64, fs *FileStats, s *Sniffer, progress 
 	fs.Format = "pcap"
 	off := 24
 	last := time.Now()
+	// The time span in nanoseconds, kept as integers on the hot path.
+	first, latest := int64(math.MaxInt64), int64(math.MinInt64)
+	defer func() {
+		if fs.Packets > 0 {
+			fs.First, fs.Last = time.Unix(0, first).UTC(), time.Unix(0, latest).UTC()
+		}
+	}()
 	for off < len(data) {
 		if len(data)-off < 16 {
 			fs.Err = fmt.Errorf("%w: %s after %d packets", ErrTruncated, fs.Path, fs.Packets)
@@ -74,9 +82,9 @@ func readMappedPcap(f *os.File, size int64, fs *FileStats, s *Sniffer, progress 
 			frac *= 1000
 		}
 		fs.Packets++
-		ts := time.Unix(sec, frac).UTC()
-		fs.seen(ts)
-		s.Packet(ts, link, data[off:off+capLen:off+capLen])
+		ns := sec*1e9 + frac
+		first, latest = min(first, ns), max(latest, ns)
+		s.Packet(time.Unix(sec, frac).UTC(), link, data[off:off+capLen:off+capLen])
 		off += capLen
 		if progress != nil && fs.Packets&0xffff == 0 {
 			if now := time.Now(); now.Sub(last) > 200*time.Millisecond {

@@ -1,8 +1,6 @@
 package tlsparse
 
 import (
-	"cmp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,14 +139,41 @@ type groupEntry struct {
 	name string
 }
 
+// lowNames indexes the registry's names below 0x0300 (nearly all of it)
+// by codepoint: the lookup on the per-record path is one array read.
+var lowNames = func() (a [0x300]string) {
+	for _, e := range registry {
+		if e.g < 0x300 {
+			a[e.g] = e.name
+		}
+	}
+	return a
+}()
+
 // groupName is the registry lookup; "" when unregistered.
 func groupName(g Group) string {
-	i, ok := slices.BinarySearchFunc(registry[:], g, func(e groupEntry, g Group) int { return cmp.Compare(e.g, g) })
-	if !ok {
-		return ""
+	if g < 0x300 {
+		return lowNames[g]
 	}
-	return registry[i].name
+	for _, e := range registry[len(registry)-highGroups:] {
+		if e.g == g {
+			return e.name
+		}
+	}
+	return ""
 }
+
+// highGroups is how many registry entries lie at 0x0300 and above (the
+// registry is sorted).
+var highGroups = func() int {
+	n := 0
+	for _, e := range registry {
+		if e.g >= 0x300 {
+			n++
+		}
+	}
+	return n
+}()
 
 // groupAliases are the other spellings of registered groups that people and
 // programs use, lower-case: OpenSSL's short names (nginx's $ssl_curve,
