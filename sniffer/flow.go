@@ -1,6 +1,7 @@
 package sniffer
 
 import (
+	"bytes"
 	"net/netip"
 	"time"
 
@@ -46,7 +47,26 @@ type flow struct {
 	shFirstTS  time.Time
 	alert      string
 	rst        bool
+
+	// What tells a resumed session and why a record has no group.
+	chSID    [32]byte // the ClientHello's session_id
+	chSIDLen uint8
+	ticket   bool   // the ClientHello offered a session ticket
+	shOK     bool   // the final ServerHello parsed
+	shVer    uint16 // its version
+	shSuite  uint16 // its cipher suite
+	shPSK    bool   // TLS 1.3: it accepted a pre-shared key
+	sidEcho  bool   // TLS 1.0-1.2: it echoed the client's non-empty session_id
+	afterSH  uint8  // TLS 1.0-1.2: what came next (afterSH* values)
+	skeSeen  bool   // a ServerKeyExchange was parsed (or failed to)
 }
+
+// What followed a TLS 1.0-1.2 ServerHello.
+const (
+	afterSHNothing     = iota // nothing seen yet
+	afterSHFull               // Certificate, ServerKeyExchange, ...: a full handshake
+	afterSHAbbreviated        // ChangeCipherSpec or NewSessionTicket: the session was resumed
+)
 
 func (s *Sniffer) tcp(ts time.Time, p *packet) {
 	src := netip.AddrPortFrom(p.src, p.sport)
@@ -103,6 +123,12 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 			st.gap = true
 			s.errs[errStreamOverflow]++
 		}
+		if st.lostTo > len(st.buf) {
+			s.checkLost(f, d, ts)
+		}
+	}
+	if f.state == stTLS && p.flags&flagACK != 0 {
+		s.acked(f, 1-d, p.ack, ts)
 	}
 	if f.state == stFinished || f.state == stIgnore {
 		return
@@ -254,7 +280,11 @@ func (s *Sniffer) parseRecords(f *flow, d int) {
 			}
 		case tlsparse.ContentChangeCipherSpec:
 			if !isClient && f.shFinal {
-				// TLS 1.2 abbreviated handshake (resumption): no key exchange.
+				if f.afterSH == afterSHNothing {
+					// Straight after the ServerHello: the TLS 1.2
+					// abbreviated handshake of a resumed session.
+					f.afterSH = afterSHAbbreviated
+				}
 				s.finish(f, record.OutcomeOK)
 				return
 			}
@@ -295,6 +325,10 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 		return
 	}
 	s.fillClientHello(r, &s.ch, 't')
+	if len(s.ch.SessionID) <= len(f.chSID) {
+		f.chSIDLen = uint8(copy(f.chSID[:], s.ch.SessionID))
+	}
+	f.ticket = len(s.ch.SessionTicket) > 0
 	end := st.streamEndOf(n)
 	if end > 0 {
 		r.ClientHelloSegments = st.segmentsIn(st.tlsStart, end)
@@ -330,6 +364,12 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 		}
 		st.hsOff += n
 		msg := b[:n]
+		if f.shFinal && f.afterSH == afterSHNothing {
+			f.afterSH = afterSHFull
+			if b[0] == tlsparse.TypeNewSessionTicket {
+				f.afterSH = afterSHAbbreviated
+			}
+		}
 		switch b[0] {
 		case tlsparse.TypeServerHello:
 			if f.shFirstTS.IsZero() {
@@ -352,10 +392,12 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 				continue
 			}
 			f.shFinal = true
+			f.shOK, f.shVer, f.shSuite, f.shPSK = true, s.sh.Version, s.sh.CipherSuite, s.sh.PSK
 			r.ServerHelloBytes = n
 			r.Version = tlsparse.VersionName(s.sh.Version)
 			r.Cipher = tlsparse.CipherSuiteName(s.sh.CipherSuite)
 			if s.sh.Version == 0x0304 {
+				r.Resumed = s.sh.PSK
 				if s.sh.Group != 0 {
 					r.Group = s.sh.Group.String()
 					r.PQ = s.sh.Group.IsPQ()
@@ -363,9 +405,18 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 				s.finish(f, record.OutcomeOK)
 				return
 			}
+			f.sidEcho = len(s.sh.SessionID) > 0 && bytes.Equal(s.sh.SessionID, f.chSID[:f.chSIDLen])
 			f.tls12Wait = true
+		case tlsparse.TypeNewSessionTicket:
+			if f.shFinal && f.afterSH == afterSHAbbreviated {
+				// A resumed session that gets a new ticket: NewSessionTicket,
+				// then ChangeCipherSpec. Nothing more to learn.
+				s.finish(f, record.OutcomeOK)
+				return
+			}
 		case tlsparse.TypeServerKeyExchange:
 			if f.shFinal {
+				f.skeSeen = true
 				g, ok, err := tlsparse.ParseServerKeyExchangeGroup(msg)
 				if err != nil {
 					s.errs[errServerKeyExchange]++
@@ -415,7 +466,11 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 		}
 		return
 	}
+	if f.shFinal && s.stepOverAtEnd(f) {
+		return // what came after a hole finished the record
+	}
 	r := f.rec
+	s.countLost(f)
 	switch {
 	case f.shFinal:
 		r.Outcome = record.OutcomeOK
@@ -433,6 +488,9 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 	default:
 		r.Outcome = outcome
 	}
+	if r.Outcome == record.OutcomeOK {
+		s.explain(f, r)
+	}
 	f.state = stFinished
 	f.rec = nil
 	s.emit(r)
@@ -446,6 +504,170 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 func (s *Sniffer) lostBytes(f *flow) bool {
 	c := int(f.clientDir)
 	return f.dir[1-c].gap || (!f.chDone && f.dir[c].gap)
+}
+
+// explain sets resumed for a TLS 1.0-1.2 record and, when a completed
+// record has no group, says why in group_missing.
+func (s *Sniffer) explain(f *flow, r *record.Handshake) {
+	tls13 := f.shVer == 0x0304 || f.shVer>>8 == 0x7f || f.shSuite>>8 == 0x13
+	if f.shOK && !tls13 {
+		// By session ID the echo decides (RFC 5246 section 7.4.1.3),
+		// unless a full handshake followed; by ticket only the
+		// abbreviated handshake shows that the server took it.
+		switch f.afterSH {
+		case afterSHAbbreviated:
+			r.Resumed = f.sidEcho || f.ticket
+		case afterSHNothing:
+			r.Resumed = f.sidEcho
+		}
+	}
+	if r.Group != "" {
+		return
+	}
+	switch {
+	case !f.shOK:
+		r.GroupMissing = record.GroupMissingUnknown
+	case tls13:
+		r.GroupMissing = groupMissing13(f.shVer, f.shPSK)
+	case r.Resumed:
+		r.GroupMissing = record.GroupMissingResumed
+	case tlsparse.IsECDHECipherSuite(f.shSuite) || tlsparse.IsDHECipherSuite(f.shSuite):
+		// DHE's ServerKeyExchange carries a prime, not a group name.
+		r.GroupMissing = record.GroupMissingUnknown
+		if !f.skeSeen {
+			s.errs[errSKEMissing]++
+		}
+	case tlsparse.KnownCipherSuite(f.shSuite):
+		r.GroupMissing = record.GroupMissingNoKeyExchange // RSA key transport, static DH, PSK, SRP
+	default:
+		r.GroupMissing = record.GroupMissingUnknown
+	}
+}
+
+// groupMissing13 says why a TLS 1.3 ServerHello (version ver) has no
+// key_share: psk_ke, a resumption without key exchange, or not known (a
+// draft version, whose key_share pqwatch does not read).
+func groupMissing13(ver uint16, psk bool) string {
+	if ver == 0x0304 && psk {
+		return record.GroupMissingNoKeyExchange
+	}
+	return record.GroupMissingUnknown
+}
+
+// acked notes that direction d's peer acknowledged d's bytes up to
+// sequence number ack.
+func (s *Sniffer) acked(f *flow, d int, ack uint32, ts time.Time) {
+	st := &f.dir[d]
+	if !st.isnKnown || st.encrypted || st.gap {
+		return
+	}
+	rel := int64(int32(ack - st.isn))
+	if rel <= int64(len(st.buf)) || rel <= int64(st.lostTo) || rel > int64(s.cfg.MaxStreamBytes)+1 {
+		return
+	}
+	st.lostTo = int(rel)
+	s.checkLost(f, d, ts)
+}
+
+// checkLost handles a hole that direction d's peer acknowledged but the
+// capture never delivered: such bytes will not come again. When the hole
+// lies inside a message that nothing reads (a server's Certificate) and the
+// bytes after it were captured, the parser steps over it; otherwise the
+// direction stops at the gap.
+func (s *Sniffer) checkLost(f *flow, d int, ts time.Time) {
+	st := &f.dir[d]
+	end := len(st.buf)
+	next := st.nextPending()
+	if f.state != stTLS || st.encrypted || st.gap || next < 0 || next > st.lostTo || next <= end {
+		return // nothing captured after the hole yet, or not all of it known lost
+	}
+	if !st.holeCounted && (d != int(f.clientDir) || !f.chDone) {
+		st.holeCounted = true
+		s.errs[errCaptureGap]++
+	}
+	if st.holes < 8 && s.canStepOver(f, d, end, next) {
+		st.stepOver(next)
+		s.advance(f, d, ts)
+		if f.state == stTLS && st.lostTo > len(st.buf) {
+			s.checkLost(f, d, ts) // the next hole
+		}
+		return
+	}
+	st.gap = true
+	if d != int(f.clientDir) && f.shFinal {
+		// The rest of the server's flight cannot be parsed: the record
+		// is as complete as it will get.
+		s.finish(f, record.OutcomeOK)
+	}
+}
+
+// stepOverAtEnd handles, when a flow ends, a hole in the server's flight
+// with bytes captured after it: nothing will fill it now, so it is a hole
+// the capture lost as much as an acknowledged one. It reports whether
+// parsing past it finished the record.
+func (s *Sniffer) stepOverAtEnd(f *flow) bool {
+	st := &f.dir[1-int(f.clientDir)]
+	if len(st.pending) == 0 || st.gap || st.encrypted {
+		return false
+	}
+	for _, sg := range st.pending {
+		st.lostTo = max(st.lostTo, int(sg.off)+len(sg.data))
+	}
+	s.checkLost(f, 1-int(f.clientDir), f.lastSeen)
+	return f.state != stTLS
+}
+
+// countLost counts, when a record is finished, a hole that the peer
+// acknowledged with nothing captured after it (checkLost never saw it), and
+// marks it lost for good for the outcome. One sequence number past the
+// prefix is a FIN's, not a lost byte.
+func (s *Sniffer) countLost(f *flow) {
+	for d := range f.dir {
+		st := &f.dir[d]
+		if st.holeCounted || st.lostTo <= len(st.buf)+1 || (d == int(f.clientDir) && f.chDone) {
+			continue
+		}
+		st.holeCounted, st.gap = true, true
+		s.errs[errCaptureGap]++
+	}
+}
+
+// canStepOver reports whether the server's bytes [a, b), lost by the
+// capture, can be stepped over: they lie inside the body of the handshake
+// record the parser waits on, and inside the body of a handshake message
+// that pqwatch does not read (Certificate, CertificateStatus), so that
+// every record and message header after them is where the lengths say.
+func (s *Sniffer) canStepOver(f *flow, d, a, b int) bool {
+	st := &f.dir[d]
+	if d == int(f.clientDir) || !f.chDone || !f.shFinal || st.tlsStart < 0 || st.recOff+5 > a || len(st.hs) >= s.cfg.MaxStreamBytes {
+		return false
+	}
+	hdr, err := tlsparse.ParseRecordHeader(st.buf[st.recOff:])
+	body := st.recOff + 5
+	if err != nil || hdr.ContentType != tlsparse.ContentHandshake || b > body+hdr.Length {
+		return false
+	}
+	// Handshake bytes not yet consumed: st.hs[st.hsOff:], then this
+	// record's body up to the hole.
+	at := func(i int) byte {
+		if i < len(st.hs) {
+			return st.hs[i]
+		}
+		return st.buf[body+i-len(st.hs)]
+	}
+	ha, hb := len(st.hs)+a-body, len(st.hs)+b-body // the hole, in handshake-stream offsets
+	for pos := st.hsOff; ; {
+		if pos+4 > ha {
+			return false // a message header in the hole
+		}
+		typ := at(pos)
+		end := pos + 4 + (int(at(pos+1))<<16 | int(at(pos+2))<<8 | int(at(pos+3)))
+		if end <= ha {
+			pos = end
+			continue
+		}
+		return end >= hb && (typ == tlsparse.TypeCertificate || typ == tlsparse.TypeCertificateStatus)
+	}
 }
 
 func (s *Sniffer) ignore(f *flow) {

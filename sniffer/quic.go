@@ -44,14 +44,18 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		}
 		if err := s.sh.Parse(c.ServerHello); err != nil {
 			s.errs[errServerHello]++
+			r.GroupMissing = record.GroupMissingUnknown
 			break
 		}
 		r.ServerHelloBytes = handshakeLen(c.ServerHello)
 		r.Version = tlsparse.VersionName(s.sh.Version)
 		r.Cipher = tlsparse.CipherSuiteName(s.sh.CipherSuite)
+		r.Resumed = s.sh.PSK
 		if s.sh.Group != 0 {
 			r.Group = s.sh.Group.String()
 			r.PQ = s.sh.Group.IsPQ()
+		} else {
+			r.GroupMissing = groupMissing13(s.sh.Version, s.sh.PSK)
 		}
 	case c.Closed != "":
 		r.Outcome = record.OutcomeAlert

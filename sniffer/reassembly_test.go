@@ -285,7 +285,10 @@ func (c *capture) frame(dir int, seq uint32, flags uint8, payload []byte) time.T
 	if dir == 1 {
 		src, dst = dst, src
 	}
-	tcp := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), Seq: seq, Ack: 1, Window: 65535,
+	// Each segment acknowledges all that the other side has sent so far
+	// (lost says what the capture dropped after it was sent).
+	ack := c.isn[1-dir] + 1 + uint32(c.sent[1-dir])
+	tcp := &layers.TCP{SrcPort: layers.TCPPort(src.Port()), DstPort: layers.TCPPort(dst.Port()), Seq: seq, Ack: ack, Window: 65535,
 		SYN: flags&0x02 != 0, ACK: flags&0x10 != 0, FIN: flags&0x01 != 0, RST: flags&0x04 != 0, PSH: len(payload) > 0}
 	if flags&0x02 != 0 && c.mss[dir] != 0 {
 		tcp.Options = append(tcp.Options, layers.TCPOption{OptionType: layers.TCPOptionKindMSS, OptionLength: 4, OptionData: binary.BigEndian.AppendUint16(nil, c.mss[dir])})
@@ -379,6 +382,15 @@ func (c *capture) seg(dir, off, end int) time.Time {
 	}
 	c.sent[dir] = max(c.sent[dir], end)
 	return c.frame(dir, c.isn[dir]+1+uint32(off), 0x18, c.stream[dir][off:end])
+}
+
+// lost marks stream bytes [off, end) of one direction as sent but not
+// captured: the peer's later segments acknowledge them.
+func (c *capture) lost(dir, off, end int) {
+	if end < 0 || end > len(c.stream[dir]) {
+		end = len(c.stream[dir])
+	}
+	c.sent[dir] = max(c.sent[dir], end)
 }
 
 // segData sends arbitrary bytes at a stream offset (overlap tests).
@@ -868,6 +880,7 @@ func reassemblyCases() []rcase {
 			c.closeBoth()
 			w := want12(t, tr, "")
 			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.HandshakeRTTMicros = chTS, 1, 1, rtt(chTS, shTS)
+			w.GroupMissing = record.GroupMissingNoKeyExchange
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "TLS 1.2 resumption: ChangeCipherSpec after ServerHello, no group", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -881,6 +894,7 @@ func reassemblyCases() []rcase {
 			c.closeBoth()
 			w := want12(t, tr, "")
 			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.HandshakeRTTMicros = chTS, 1, 1, rtt(chTS, shTS)
+			w.Resumed, w.GroupMissing = true, record.GroupMissingResumed
 			return c, []record.Handshake{w}, nil
 		}},
 		{name: "alert before ServerHello", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
@@ -976,7 +990,8 @@ func reassemblyCases() []rcase {
 			c.closeBoth()
 			w := want12(t, tr, "")
 			w.TS, w.ClientHelloSegments, w.ClientHelloWireSegments, w.HandshakeRTTMicros = chTS, 1, 1, rtt(chTS, shTS)
-			return c, []record.Handshake{w}, map[string]uint64{"stream_overflow": 1}
+			w.GroupMissing = record.GroupMissingUnknown
+			return c, []record.Handshake{w}, map[string]uint64{"stream_overflow": 1, "server_key_exchange_missing": 1}
 		}},
 		{name: "STARTTLS prelude, ClientHello at a segment boundary", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
 			cpre := []byte("EHLO client.example\r\nSTARTTLS\r\n")

@@ -111,6 +111,8 @@ const (
 	errStreamOverflow
 	errSnapTruncated
 	errRecord
+	errCaptureGap
+	errSKEMissing
 	errCount
 )
 
@@ -127,6 +129,16 @@ var errReasons = [errCount]string{
 	errStreamOverflow:    "stream_overflow",
 	errSnapTruncated:     "snaplen_truncated",
 	errRecord:            "malformed_record",
+	// Handshake bytes the peer acknowledged that the capture never
+	// delivered (dropped by the capture, not by the network: TCP does not
+	// resend what was acknowledged). Counted once per direction; pqwatch
+	// steps over the hole when it lies inside a message it does not read
+	// (a Certificate) and parses what follows.
+	errCaptureGap: "capture_gap",
+	// A completed TLS 1.0-1.2 (EC)DHE handshake whose ServerKeyExchange
+	// was not seen (lost in a capture gap, past the stream cap, or after
+	// the flow ended): its record has group_missing "unknown".
+	errSKEMissing: "server_key_exchange_missing",
 }
 
 // ErrorReasons lists every reason Stats.Errors can hold, so metrics can be

@@ -23,6 +23,12 @@ type stream struct {
 	gap      bool
 	overflow bool
 	fin      bool
+	// lostTo is the stream offset up to which the peer acknowledged this
+	// direction's bytes, when that is past the prefix: bytes it holds
+	// that the capture never delivered (0 when none).
+	lostTo      int
+	holeCounted bool  // capture_gap counted for this direction
+	holes       uint8 // capture holes stepped over (bounded)
 
 	firstTS time.Time // capture time of the segment carrying offset 0
 	// starts records the distinct stream offsets at which data segments
@@ -152,7 +158,13 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 	if truncated {
 		s.gap = true
 	}
-	// Merge pending segments that now touch the prefix.
+	return s.merge() || grew
+}
+
+// merge moves pending segments that now touch the prefix onto it and
+// reports whether the prefix grew.
+func (s *stream) merge() bool {
+	grew := false
 	for merged := true; merged && len(s.pending) > 0; {
 		merged = false
 		for i := 0; i < len(s.pending); i++ {
@@ -177,6 +189,26 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 	return grew
 }
 
+// nextPending is the lowest offset of a pending segment, -1 when none.
+func (s *stream) nextPending() int {
+	next := -1
+	for _, sg := range s.pending {
+		if next < 0 || int(sg.off) < next {
+			next = int(sg.off)
+		}
+	}
+	return next
+}
+
+// stepOver fills the prefix with zeros up to off, a hole the capture lost
+// for good, and merges what was pending after it. The caller has checked
+// that nothing reads the hole's bytes.
+func (s *stream) stepOver(off int) {
+	s.buf = append(s.buf, make([]byte, off-len(s.buf))...)
+	s.holes++
+	s.merge()
+}
+
 // rebase moves offset 0 back by d bytes: the prefix becomes pending data.
 func (s *stream) rebase(d uint32) {
 	s.isn -= d
@@ -185,6 +217,9 @@ func (s *stream) rebase(d uint32) {
 	}
 	for i := range s.starts {
 		s.starts[i] += d
+	}
+	if s.lostTo > 0 {
+		s.lostTo += int(d)
 	}
 	if len(s.buf) > 0 {
 		s.pending = append(s.pending, segment{off: d, data: append([]byte(nil), s.buf...), ts: s.firstTS})
