@@ -22,8 +22,10 @@ const labelOther = "other"
 const labelNone = "none"
 
 // knownGroups are the group label values kept as they are
-// (tlsparse.CommonGroups by name); any other group name becomes "other", an
-// absent group "none".
+// (tlsparse.CommonGroups by name); any other group name becomes "other". An
+// absent group is "none" before a ServerHello and, for a completed
+// handshake, the record's group_missing: "resumed", "no_key_exchange" or
+// "unknown".
 var knownGroups = func() []string {
 	out := make([]string, len(tlsparse.CommonGroups))
 	for i, g := range tlsparse.CommonGroups {
@@ -32,6 +34,10 @@ var knownGroups = func() []string {
 	return out
 }()
 
+// missingValues are the group label values of a completed handshake
+// without a group (record.GroupMissing*).
+var missingValues = []string{record.GroupMissingResumed, record.GroupMissingNoKeyExchange, record.GroupMissingUnknown}
+
 var (
 	transportValues = []string{record.TransportTCP, record.TransportQUIC, labelOther}
 	versionValues   = []string{"TLS1.3", "TLS1.2", "TLS1.1", "TLS1.0", labelNone, labelOther}
@@ -39,8 +45,9 @@ var (
 		record.OutcomeOK, record.OutcomeAlert, record.OutcomeReset,
 		record.OutcomeTimeout, record.OutcomeTruncated, labelOther,
 	}
-	// groupValues is knownGroups followed by "none" and "other".
-	groupValues = append(append(knownGroups[:len(knownGroups):len(knownGroups)], labelNone), labelOther)
+	// groupValues is knownGroups followed by "none", "other" and the
+	// group_missing reasons.
+	groupValues = append(append(knownGroups[:len(knownGroups):len(knownGroups)], labelNone, labelOther), missingValues...)
 	groupIndex  = func() map[string]int {
 		m := make(map[string]int, len(knownGroups))
 		for i, g := range knownGroups {
@@ -58,6 +65,10 @@ var (
 	nOutcome   = len(outcomeValues)
 	groupNone  = len(knownGroups)
 	groupOther = len(knownGroups) + 1
+	// groupResumed, groupNoKX, groupUnknown: completed without a group.
+	groupResumed = len(knownGroups) + 2
+	groupNoKX    = len(knownGroups) + 3
+	groupUnknown = len(knownGroups) + 4
 )
 
 // Histogram buckets.
@@ -181,7 +192,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	m := &Metrics{
 		handshakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "handshakes_total",
-			Help: "Handshake attempts (connections that carried a ClientHello) by transport, negotiated version and group, PQ, HelloRetryRequest and outcome.",
+			Help: "Handshake attempts (connections that carried a ClientHello) by transport, negotiated version and group (without one: none before a ServerHello, else resumed, no_key_exchange or unknown), PQ, HelloRetryRequest and outcome.",
 		}, []string{"transport", "version", "group", "pq", "hrr", "outcome"}),
 		serverHelloVec: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: namespace, Name: "server_hello_bytes",
@@ -300,12 +311,17 @@ func (m *Metrics) initSeries() {
 			m.handshake(ti, 4, groupNone, 0, 0, oi)
 		}
 	}
+	// Completed without a group: resumed TLS 1.2 sessions, RSA key
+	// transport, a key exchange the capture did not show.
+	for _, gi := range []int{groupResumed, groupNoKX, groupUnknown} {
+		m.handshake(0, 1, gi, 0, 0, 0)
+	}
 }
 
 // Write implements record.Sink. It never fails and does not allocate once the
 // record's label combination has been seen.
 func (m *Metrics) Write(h *record.Handshake) error {
-	gi := groupIdx(h.Group)
+	gi := groupIdx(h)
 	pq := b2i(h.PQ)
 	m.handshake(transportIdx(h.Transport), versionIdx(h.Version), gi, pq, b2i(h.HRR), outcomeIdx(h.Outcome)).Inc()
 	if h.PQOffered {
@@ -434,11 +450,21 @@ func outcomeIdx(s string) int {
 	return 5
 }
 
-func groupIdx(s string) int {
-	if s == "" {
-		return groupNone
+// groupIdx is the group label of a record: its group, or why it has none.
+func groupIdx(h *record.Handshake) int {
+	if h.Group == "" {
+		if h.Outcome != record.OutcomeOK {
+			return groupNone
+		}
+		switch h.GroupMissing {
+		case record.GroupMissingResumed:
+			return groupResumed
+		case record.GroupMissingNoKeyExchange:
+			return groupNoKX
+		}
+		return groupUnknown
 	}
-	if i, ok := groupIndex[s]; ok {
+	if i, ok := groupIndex[h.Group]; ok {
 		return i
 	}
 	return groupOther

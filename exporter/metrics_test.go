@@ -207,6 +207,52 @@ pqwatch_kafka_messages_total{result="spooled"} 0
 	}
 }
 
+// TestHandshakesGroupMissing: a completed handshake without a group is
+// counted under its group_missing reason, never under "none", which stays
+// for handshakes that did not complete; the reasons exist at zero.
+func TestHandshakesGroupMissing(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	for _, reason := range []string{"resumed", "no_key_exchange", "unknown"} {
+		if got := testutil.ToFloat64(m.handshakes.WithLabelValues("tcp", "TLS1.2", reason, "false", "false", "ok")); got != 0 {
+			t.Errorf("%s before any handshake: %v", reason, got)
+		}
+	}
+	tls12 := func(missing string, resumed bool) *record.Handshake {
+		h := classicalRecord()
+		h.Version, h.Group, h.GroupMissing, h.Resumed = "TLS1.2", "", missing, resumed
+		return h
+	}
+	resumed13 := sampleRecord()
+	resumed13.Resumed = true
+	reset := &record.Handshake{Transport: record.TransportTCP, Outcome: record.OutcomeReset}
+	for _, h := range []*record.Handshake{
+		tls12(record.GroupMissingResumed, true), tls12(record.GroupMissingResumed, true),
+		tls12(record.GroupMissingNoKeyExchange, false), tls12(record.GroupMissingUnknown, false),
+		tls12("", false), // a record from before group_missing: unknown, not none
+		resumed13, reset,
+	} {
+		if err := m.Write(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		labels []string
+		want   float64
+	}{
+		{[]string{"tcp", "TLS1.2", "resumed", "false", "false", "ok"}, 2},
+		{[]string{"tcp", "TLS1.2", "no_key_exchange", "false", "false", "ok"}, 1},
+		{[]string{"tcp", "TLS1.2", "unknown", "false", "false", "ok"}, 2},
+		{[]string{"tcp", "TLS1.2", "none", "false", "false", "ok"}, 0},
+		{[]string{"tcp", "TLS1.3", "X25519MLKEM768", "true", "false", "ok"}, 1}, // resumed with psk_dhe_ke: its group
+		{[]string{"tcp", "none", "none", "false", "false", "reset"}, 1},
+	} {
+		if got := testutil.ToFloat64(m.handshakes.WithLabelValues(tc.labels...)); got != tc.want {
+			t.Errorf("pqwatch_handshakes_total%v = %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+}
+
 func TestMetricsLint(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
