@@ -64,6 +64,8 @@ type Summary struct {
 	PQShare            float64                `json:"pq_share"`
 	PQOffered          int                    `json:"pq_offered"`
 	HRR                int                    `json:"hrr"`
+	Resumed            int                    `json:"resumed"`       // completed records of resumed sessions
+	GroupMissing       map[string]int         `json:"group_missing"` // completed records without a group, by group_missing
 	Transports         map[string]int         `json:"transports"`
 	Versions           map[string]int         `json:"versions"`
 	Groups             map[string]int         `json:"groups"`
@@ -169,6 +171,7 @@ func New(policy forecast.Policy) *Summary {
 		Transports:   map[string]int{},
 		Versions:     map[string]int{},
 		Groups:       map[string]int{},
+		GroupMissing: map[string]int{},
 		GroupTable:   map[string]*GroupStats{},
 		Outcomes:     map[string]int{},
 		Failures:     map[string]int{},
@@ -213,9 +216,17 @@ func (s *Summary) add(r *record.Handshake) {
 	if r.Version != "" {
 		s.Versions[r.Version]++
 	}
+	if r.Resumed {
+		s.Resumed++
+	}
 	g := r.Group
 	if g == "" {
 		g = "none"
+		why := r.GroupMissing
+		if why == "" {
+			why = record.GroupMissingUnknown // a record from before group_missing
+		}
+		s.GroupMissing[why]++
 	}
 	s.Groups[g]++
 	gs := s.GroupTable[g]
@@ -370,6 +381,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "PQ share           %.1f%% (%d of %d completed negotiated a PQ/hybrid group)\n", 100*s.PQShare, s.PQ, s.Completed)
 	fmt.Fprintf(&b, "PQ offered         %d of %d handshakes\n", s.PQOffered, s.Handshakes)
 	fmt.Fprintf(&b, "HelloRetryRequest  %d\n", s.HRR)
+	fmt.Fprintf(&b, "resumed            %d of %d completed\n", s.Resumed, s.Completed)
+	if len(s.GroupMissing) > 0 {
+		fmt.Fprintf(&b, "no group           %d completed (%s)\n", s.Groups["none"], kv(s.GroupMissing))
+	}
 	if len(s.Versions) > 0 {
 		fmt.Fprintf(&b, "versions           %s\n", kv(s.Versions))
 	}

@@ -1,9 +1,11 @@
 package report
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pqwatch/pqwatch/forecast"
@@ -58,5 +60,43 @@ func TestSummaryBounded(t *testing.T) {
 	}
 	if len(s.classical) != maxClassicalRows+1 || len(s.ByHost) > 1001 {
 		t.Errorf("classical %d rows, hosts %d", len(s.classical), len(s.ByHost))
+	}
+}
+
+// TestSummaryResumedAndGroupMissing: resumed sessions are counted, and
+// completed handshakes without a group by why, in JSON and in the text.
+func TestSummaryResumedAndGroupMissing(t *testing.T) {
+	s := New(forecast.DefaultPolicy)
+	ok := func(version, group, missing string, resumed bool) *record.Handshake {
+		return &record.Handshake{Transport: record.TransportTCP, Outcome: record.OutcomeOK, Version: version,
+			Group: group, GroupMissing: missing, Resumed: resumed, Server: "10.0.0.1:443"}
+	}
+	for _, r := range []*record.Handshake{
+		ok("TLS1.3", "x25519", "", true), // psk_dhe_ke: resumed, with a group
+		ok("TLS1.2", "", record.GroupMissingResumed, true),
+		ok("TLS1.2", "", record.GroupMissingResumed, true),
+		ok("TLS1.2", "", record.GroupMissingNoKeyExchange, false),
+		ok("TLS1.2", "", "", false), // a record without group_missing (older JSONL): unknown
+		ok("TLS1.2", "secp256r1", "", false),
+		{Transport: record.TransportTCP, Outcome: record.OutcomeReset}, // not completed: not counted
+	} {
+		s.Write(r)
+	}
+	s.Finish()
+	want := map[string]int{"resumed": 2, "no_key_exchange": 1, "unknown": 1}
+	if s.Resumed != 3 || !maps.Equal(s.GroupMissing, want) || s.Groups["none"] != 4 {
+		t.Errorf("resumed %d, group_missing %v, groups %v; want 3, %v, none 4", s.Resumed, s.GroupMissing, s.Groups, want)
+	}
+	var b strings.Builder
+	if err := s.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		"resumed            3 of 6 completed\n",
+		"no group           4 completed (no_key_exchange 1, resumed 2, unknown 1)\n",
+	} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("text report lacks %q:\n%s", line, b.String())
+		}
 	}
 }
