@@ -381,7 +381,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "PQ share           %.1f%% (%d of %d completed negotiated a PQ/hybrid group)\n", 100*s.PQShare, s.PQ, s.Completed)
 	fmt.Fprintf(&b, "PQ offered         %d of %d handshakes\n", s.PQOffered, s.Handshakes)
 	fmt.Fprintf(&b, "HelloRetryRequest  %d\n", s.HRR)
-	fmt.Fprintf(&b, "resumed            %d of %d completed\n", s.Resumed, s.Completed)
+	if s.Completed > 0 {
+		fmt.Fprintf(&b, "resumed            %d of %d completed\n", s.Resumed, s.Completed)
+	}
 	if len(s.GroupMissing) > 0 {
 		fmt.Fprintf(&b, "no group           %d completed (%s)\n", s.Groups["none"], kv(s.GroupMissing))
 	}
