@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"net"
@@ -32,6 +33,9 @@ type Request struct {
 	PID      int           `json:"pid,omitempty"` // the X-Pid response header
 	Status   int           `json:"status,omitempty"`
 	Err      string        `json:"error,omitempty"` // error class, empty on success
+	// ErrText is the error's own text (at most maxErrText bytes), for the
+	// first failure of each reason that the results quote.
+	ErrText string `json:"error_text,omitempty"`
 }
 
 // OK reports whether the request completed without error.
@@ -95,7 +99,7 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	}()
 	raw, err := q.dialer.DialContext(ctx, "tcp", q.target)
 	if err != nil {
-		r.Err = classify("dial", err)
+		r.fail("dial", err)
 		return
 	}
 	defer raw.Close()
@@ -104,20 +108,20 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	}
 	tc := tls.Client(raw, q.tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
-		r.Err = classify("handshake", err)
+		r.fail("handshake", err)
 		return
 	}
 	cs := tc.ConnectionState()
 	r.Group = GroupName(cs.CurveID)
 	r.HRR = cs.HelloRetryRequest
 	if _, err := tc.Write(q.req); err != nil {
-		r.Err = classify("write", err)
+		r.fail("write", err)
 		return
 	}
 	br := bufio.NewReaderSize(tc, 4096)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
-		r.Err = classify("read", err)
+		r.fail("read", err)
 		return
 	}
 	r.Status = resp.StatusCode
@@ -129,20 +133,54 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if err != nil {
-		r.Err = classify("read", err)
+		r.fail("read", err)
 		return
 	}
 	if resp.StatusCode >= 400 {
 		r.Err = "http_" + strconv.Itoa(resp.StatusCode)
+		r.ErrText = resp.Status
 		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(br, 1<<16))
 	_ = tc.Close()
 }
 
+// maxErrText bounds the error text kept per request.
+const maxErrText = 300
+
+// fail records err as the request's outcome: its reason and its text.
+func (r *Request) fail(stage string, err error) {
+	r.Err = classify(stage, err)
+	r.ErrText = err.Error()
+	if len(r.ErrText) > maxErrText {
+		r.ErrText = r.ErrText[:maxErrText] + "..."
+	}
+}
+
 // classify turns an error into a short, bounded reason for counting.
 func classify(stage string, err error) string {
-	var ne net.Error
+	var (
+		ne   net.Error
+		ua   x509.UnknownAuthorityError
+		he   x509.HostnameError
+		ci   x509.CertificateInvalidError
+		rhe  tls.RecordHeaderError
+		verr *tls.CertificateVerificationError
+	)
+	switch {
+	case errors.As(err, &ua):
+		return stage + "_unknown_authority"
+	case errors.As(err, &he):
+		return stage + "_bad_certificate_name"
+	case errors.As(err, &ci) && ci.Reason == x509.Expired:
+		return stage + "_certificate_expired"
+	case errors.As(err, &ci):
+		return stage + "_certificate_invalid"
+	case errors.As(err, &verr):
+		return stage + "_certificate_unverified"
+	case errors.As(err, &rhe):
+		return stage + "_not_tls"
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.As(err, &ne) && ne.Timeout():

@@ -29,6 +29,9 @@ var (
 	// ErrScenarioFailed marks a scenario step that the process table did
 	// not confirm. Run returns it (wrapped) together with its Results.
 	ErrScenarioFailed = errors.New("loadgen: scenario FAILED")
+	// ErrFailed marks a run in which no measured request of any arm
+	// succeeded. Run returns it (wrapped) together with its Results.
+	ErrFailed = errors.New("loadgen: every request failed")
 	// ErrOutput marks a failure to write the output directory.
 	ErrOutput = errors.New("loadgen: output")
 )

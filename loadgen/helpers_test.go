@@ -282,16 +282,26 @@ func startNginx(t testing.TB, curves string) *nginxServer {
 	if n.master == 0 {
 		t.Fatal("nginx wrote no pid file")
 	}
-	// Wait until it accepts.
+	// Wait until it accepts, and until the master has set its title and
+	// started its workers: the listening socket is open (and connections
+	// are queued) before the daemonized master rewrites its title, and the
+	// scenarios find the master by that title.
 	for time.Now().Before(deadline) {
 		c, err := net.DialTimeout("tcp", n.addr(), time.Second)
 		if err == nil {
 			c.Close()
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for time.Now().Before(deadline) {
+		if tab, err := snapshot("/proc"); err == nil &&
+			strings.Contains(tab.cmdline(n.master), "master process") && len(tab.workers(n.master)) > 0 {
 			return n
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatal("nginx does not accept")
+	t.Fatal("nginx does not accept, or its master has no title or no workers")
 	return nil
 }
 
@@ -347,5 +357,79 @@ func (n *nginxServer) errorLog() string {
 }
 
 var _ = context.Background
+
+const caddyBin = "/root/go/bin/caddy"
+
+// caddyServer is a Caddy started by a test, with a self-signed certificate
+// and a JSON access log.
+type caddyServer struct {
+	addr, dir, cert, accessLog string
+	pid                        int
+}
+
+// startCaddy runs Caddy (GOMAXPROCS=1) on a free loopback port serving
+// "ok" over TLS 1.3 with a self-signed certificate for localhost, and logs
+// every request as JSON to accessLog.
+func startCaddy(t testing.TB) *caddyServer {
+	t.Helper()
+	if _, err := os.Stat(caddyBin); err != nil {
+		t.Skipf("caddy not built at %s: %v", caddyBin, err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := writeCert(t, dir)
+	port := freePort(t)
+	cd := &caddyServer{addr: fmt.Sprintf("127.0.0.1:%d", port), dir: dir, cert: certFile,
+		accessLog: filepath.Join(dir, "access.log")}
+	caddyfile := fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+}
+https://localhost:%d {
+	bind 127.0.0.1
+	tls %s %s {
+		protocols tls1.3
+	}
+	log {
+		output file %s
+		format json
+	}
+	header X-Server caddy
+	respond "ok" 200
+}
+`, port, certFile, keyFile, cd.accessLog)
+	cf := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cf, []byte(caddyfile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(caddyBin, "run", "--config", cf, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "GOMAXPROCS=1")
+	logf, err := os.Create(filepath.Join(dir, "caddy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	cd.pid = cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logf.Close()
+	})
+	if err := waitTCP(cd.addr, 10*time.Second); err != nil {
+		b, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
+		t.Fatalf("caddy: %v\n%s", err, b)
+	}
+	return cd
+}
 
 func dialTCP(addr string) (net.Conn, error) { return net.DialTimeout("tcp", addr, time.Second) }

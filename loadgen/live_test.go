@@ -10,7 +10,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -214,68 +213,67 @@ func TestABNginx(t *testing.T) {
 	}
 }
 
-const caddyBin = "/root/go/bin/caddy"
-
 func TestABCaddy(t *testing.T) {
-	if _, err := os.Stat(caddyBin); err != nil {
-		t.Skipf("caddy not built at %s: %v", caddyBin, err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile := writeCert(t, dir)
-	port := freePort(t)
-	caddyfile := fmt.Sprintf(`{
-	admin off
-	auto_https off
-	persist_config off
-}
-https://localhost:%d {
-	bind 127.0.0.1
-	tls %s %s {
-		protocols tls1.3
-	}
-	header X-Server caddy
-	respond "ok" 200
-}
-`, port, certFile, keyFile)
-	cf := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cf, []byte(caddyfile), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(caddyBin, "run", "--config", cf, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "GOMAXPROCS=1")
-	logf, _ := os.Create(filepath.Join(dir, "caddy.log"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		logf.Close()
-	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if err := waitTCP(addr, 10*time.Second); err != nil {
-		b, _ := os.ReadFile(filepath.Join(dir, "caddy.log"))
-		t.Fatalf("caddy: %v\n%s", err, b)
-	}
+	cd := startCaddy(t)
 	c := &Config{
-		Target: addr, SNI: "localhost", RootCAs: certPool(t, certFile),
+		Target: cd.addr, SNI: "localhost", RootCAs: certPool(t, cd.cert),
 		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519", "p256=secp256r1"),
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
-		ServerPIDs: []int{cmd.Process.Pid}, OutDir: t.TempDir(),
+		ServerPIDs: []int{cd.pid}, OutDir: t.TempDir(),
 	}
 	res, err := c.Run(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
+}
+
+// TestCaddySelfSigned is what a new user does first: point loadgen at a
+// server with a self-signed certificate. Without -insecure or -ca every
+// handshake fails, and loadgen must say why (the x509 text), name the flag
+// that fixes it, and exit 1; with -insecure the same command succeeds.
+func TestCaddySelfSigned(t *testing.T) {
+	cd := startCaddy(t)
+	args := []string{"-target", cd.addr, "-sni", "localhost", "-rate", "50", "-duration", "0.5", "-warmup", "0.1", "-trials", "1"}
+	var stdout, stderr strings.Builder
+	code := Main(context.Background(), args, &stdout, &stderr)
+	t.Logf("exit %d\nstderr:\n%s", code, stderr.String())
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{"handshake_unknown_authority", "x509: certificate signed by unknown authority", "-ca FILE", "-insecure"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	if !strings.Contains(stdout.String(), "## Failures") {
+		t.Errorf("summary has no Failures section:\n%s", stdout.String())
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	out := t.TempDir()
+	code = Main(context.Background(), append(args, "-insecure", "-out", out), &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("with -insecure: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	var res Results
+	b, _ := os.ReadFile(filepath.Join(out, FileResults))
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768"}
+	for _, tr := range res.Trials {
+		if tr.Errors != 0 || tr.OK == 0 || tr.Groups[want[tr.Arm]] != tr.OK {
+			t.Errorf("trial %d %s: ok %d errors %d groups %v, want all %s", tr.ID, tr.Arm, tr.OK, tr.Errors, tr.Groups, want[tr.Arm])
+		}
+	}
+	if len(res.Failures) != 0 {
+		t.Errorf("failures with -insecure: %v", res.Failures)
+	}
 }
 
 func waitTCP(addr string, d time.Duration) error {

@@ -188,9 +188,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if res != nil {
 		fmt.Fprint(stdout, SummaryMarkdown(res))
+		for _, f := range res.Failures {
+			fmt.Fprintf(stderr, "loadgen: %s\n", f)
+		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "loadgen: %v\n", err)
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "loadgen: ") {
+			msg = "loadgen: " + msg
+		}
+		fmt.Fprintln(stderr, msg)
 		return 1
 	}
 	if failOnErrors {

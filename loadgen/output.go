@@ -116,7 +116,7 @@ func trialsCSV(res *Results) []byte {
 	w := csv.NewWriter(&sb)
 	_ = w.Write([]string{"id", "arm", "rate", "trial", "rate_target", "rate_achieved", "requests", "ok", "errors",
 		"hrr", "groups", "p50_ms", "p90_ms", "p99_ms", "max_ms", "server_cpu_us_per_handshake",
-		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms"})
+		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms", "p95_ms"})
 	for _, t := range res.Trials {
 		var groups, pids []string
 		for _, g := range sortedKeys(t.Groups) {
@@ -131,10 +131,18 @@ func trialsCSV(res *Results) []byte {
 			ms3(t.LatencyMS.P50), ms3(t.LatencyMS.P90), ms3(t.LatencyMS.P99), ms3(t.LatencyMS.Max),
 			fmtOpt(t.ServerCPUUsPerHandshake, 1), strconv.FormatFloat(t.ClientCPUUsPerHandshake, 'f', 1, 64),
 			strconv.FormatInt(t.ServerRSSMaxBytes, 10), strings.Join(pids, " "),
-			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max)})
+			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max), ms3(t.LatencyMS.P95)})
 	}
 	w.Flush()
 	return []byte(sb.String())
+}
+
+// mdText makes text safe inside a Markdown paragraph or table cell.
+func mdText(s string) string {
+	if s == "" {
+		return "(no text)"
+	}
+	return "`" + strings.NewReplacer("`", "'", "|", "/", "\n", " ").Replace(s) + "`"
 }
 
 func ms3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
@@ -175,6 +183,16 @@ func SummaryMarkdown(res *Results) string {
 		"(client CPU when no server process is named). Latency is measured from the intended send time " +
 		"(coordinated omission corrected). Server CPU: utime+stime of the named processes and their descendants " +
 		"from /proc, children reaped during the window included, 10 ms clock ticks.\n")
+	if len(res.Failures) > 0 {
+		b.WriteString("\n## Failures\n\n")
+		for _, f := range res.Failures {
+			fmt.Fprintf(&b, "- arm **%s**: %d of %d measured requests failed with `%s` (%d trials). First error: %s\n",
+				f.Arm, f.Count, f.Requests, f.Reason, f.Trials, mdText(f.FirstError))
+			if f.Fix != "" {
+				fmt.Fprintf(&b, "  Fix: %s.\n", f.Fix)
+			}
+		}
+	}
 	if h := res.H2Load; h != nil {
 		fmt.Fprintf(&b, "\nClient CPU per handshake, arm %s at %g/s: loadgen %.1f µs, h2load %.1f µs (%d handshakes): ratio %.2f.\n",
 			h.Arm, h.Rate, h.LoadgenUsPerHS, h.H2LoadUsPerHandshake, h.Succeeded, h.Ratio)

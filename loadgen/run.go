@@ -15,6 +15,7 @@ import (
 type Latency struct {
 	P50  float64 `json:"p50"`
 	P90  float64 `json:"p90"`
+	P95  float64 `json:"p95"`
 	P99  float64 `json:"p99"`
 	P999 float64 `json:"p999"`
 	Max  float64 `json:"max"`
@@ -24,7 +25,7 @@ type Latency struct {
 func latencyOf(h *Histogram) Latency {
 	ms := func(v int64) float64 { return float64(v) / 1e6 }
 	return Latency{
-		P50: ms(h.Quantile(0.50)), P90: ms(h.Quantile(0.90)), P99: ms(h.Quantile(0.99)),
+		P50: ms(h.Quantile(0.50)), P90: ms(h.Quantile(0.90)), P95: ms(h.Quantile(0.95)), P99: ms(h.Quantile(0.99)),
 		P999: ms(h.Quantile(0.999)), Max: ms(h.Max()), Mean: h.Mean() / 1e6,
 	}
 }
@@ -66,10 +67,12 @@ type TrialResult struct {
 	OK            int            `json:"ok"`
 	Errors        int            `json:"errors"`
 	ErrorReasons  map[string]int `json:"error_reasons,omitempty"`
-	Groups        map[string]int `json:"groups"`
-	HRR           int            `json:"hrr"`
-	LatencyMS     Latency        `json:"latency_ms"` // from the intended send time
-	ServiceMS     Latency        `json:"service_ms"` // from the actual send time (coordinated omission NOT corrected; for comparison)
+	// ErrorSamples is the error text of the first failure of each reason.
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
+	Groups       map[string]int    `json:"groups"`
+	HRR          int               `json:"hrr"`
+	LatencyMS    Latency           `json:"latency_ms"` // from the intended send time
+	ServiceMS    Latency           `json:"service_ms"` // from the actual send time (coordinated omission NOT corrected; for comparison)
 	// SendLagMS is how late the generator sent (actual minus intended);
 	// a large lag means the client machine could not keep up.
 	SendLagMS Latency `json:"send_lag_ms"`
@@ -91,19 +94,21 @@ type TrialResult struct {
 
 // Results is everything a Run measured.
 type Results struct {
-	Started   time.Time        `json:"started"`
-	Finished  time.Time        `json:"finished"`
-	Target    string           `json:"target"`
-	SNI       string           `json:"sni,omitempty"`
-	Cores     int              `json:"cores"`
-	GoVersion string           `json:"go_version"`
-	Arrival   string           `json:"arrival"`
-	Duration  float64          `json:"duration_s"`
-	Warmup    float64          `json:"warmup_s"`
-	Baseline  string           `json:"baseline"`
-	Arms      []ArmInfo        `json:"arms"`
-	Trials    []*TrialResult   `json:"trials"`
-	Summary   []ArmSummary     `json:"summary"`
+	Started   time.Time      `json:"started"`
+	Finished  time.Time      `json:"finished"`
+	Target    string         `json:"target"`
+	SNI       string         `json:"sni,omitempty"`
+	Cores     int            `json:"cores"`
+	GoVersion string         `json:"go_version"`
+	Arrival   string         `json:"arrival"`
+	Duration  float64        `json:"duration_s"`
+	Warmup    float64        `json:"warmup_s"`
+	Baseline  string         `json:"baseline"`
+	Arms      []ArmInfo      `json:"arms"`
+	Trials    []*TrialResult `json:"trials"`
+	Summary   []ArmSummary   `json:"summary"`
+	// Failures lists why measured requests failed, per arm and reason.
+	Failures  []Failure        `json:"failures,omitempty"`
 	Events    []Event          `json:"events,omitempty"`
 	Scenarios []ScenarioResult `json:"scenarios,omitempty"`
 	// ScenarioStatus is "ok", "FAILED" or empty when no scenario ran.
@@ -222,6 +227,10 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 	}
 	res.Finished = time.Now()
 	res.Summary = summarize(res, c)
+	res.Failures = failures(res)
+	if runErr == nil {
+		runErr = allFailed(res)
+	}
 	if res.ScenarioStatus == "FAILED" && runErr == nil {
 		for _, s := range res.Scenarios {
 			if s.Status == "FAILED" {
@@ -236,6 +245,33 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 		}
 	}
 	return res, runErr
+}
+
+// allFailed returns an error wrapping ErrFailed when no measured request of
+// any arm succeeded, naming the most frequent reason and its fix.
+func allFailed(res *Results) error {
+	requests := 0
+	for _, t := range res.Trials {
+		if t.OK > 0 {
+			return nil
+		}
+		requests += t.Requests
+	}
+	if requests == 0 {
+		return nil
+	}
+	var top Failure
+	for _, f := range res.Failures {
+		if f.Count > top.Count {
+			top = f
+		}
+	}
+	fix := ""
+	if top.Fix != "" {
+		fix = " (fix: " + top.Fix + ")"
+	}
+	return fmt.Errorf("%w: all %d measured requests of every arm failed, most with %s: %s%s",
+		ErrFailed, requests, top.Reason, top.FirstError, fix)
 }
 
 // binWidth is the timeline resolution.
@@ -415,7 +451,10 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		if !r.OK() {
 			tr.Errors++
 			if tr.ErrorReasons == nil {
-				tr.ErrorReasons = map[string]int{}
+				tr.ErrorReasons, tr.ErrorSamples = map[string]int{}, map[string]string{}
+			}
+			if tr.ErrorReasons[r.Err] == 0 {
+				tr.ErrorSamples[r.Err] = r.ErrText
 			}
 			tr.ErrorReasons[r.Err]++
 			continue

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -302,5 +305,72 @@ func TestMainRefused(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "| c |") {
 		t.Fatalf("summary missing: %s", out.String())
+	}
+}
+
+// TestClassifyReal makes real requests that fail the ways a new user's
+// first run fails, and checks each gets its own reason, keeps the error
+// text, and that the fix names the flag.
+func TestClassifyReal(t *testing.T) {
+	tlsSrv := httptest.NewUnstartedServer(http.HandlerFunc(okHandler))
+	tlsSrv.EnableHTTP2 = false
+	tlsSrv.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
+	tlsSrv.StartTLS()
+	defer tlsSrv.Close()
+	plain := httptest.NewServer(http.HandlerFunc(okHandler))
+	defer plain.Close()
+	closed := listenLoopback(t)
+	closedAddr := closed.Addr().String()
+	closed.Close()
+	pool := x509.NewCertPool()
+	pool.AddCert(tlsSrv.Certificate())
+
+	for _, tc := range []struct {
+		name, target, sni string
+		roots             *x509.CertPool
+		reason, text, fix string
+	}{
+		{"self-signed", tlsSrv.Listener.Addr().String(), "", nil,
+			"handshake_unknown_authority", "x509: certificate signed by unknown authority", "-ca FILE"},
+		{"wrong name", tlsSrv.Listener.Addr().String(), "wrong.invalid", pool,
+			"handshake_bad_certificate_name", "wrong.invalid", "-sni"},
+		{"plain HTTP", plain.Listener.Addr().String(), "", nil,
+			"handshake_not_tls", "does not look like a TLS handshake", "-target"},
+		{"refused", closedAddr, "", nil, "dial_refused", "connection refused", "-target"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{Target: tc.target, SNI: tc.sni, RootCAs: tc.roots, Timeout: 2 * time.Second}
+			q := newRequester(c, Arm{Name: "c", Groups: []tls.CurveID{tls.X25519}})
+			r := Request{Intended: time.Now()}
+			q.do(context.Background(), &r)
+			if r.Err != tc.reason || !strings.Contains(r.ErrText, tc.text) {
+				t.Fatalf("reason %q text %q, want %q with %q", r.Err, r.ErrText, tc.reason, tc.text)
+			}
+			if fix := FixFor(r.Err); !strings.Contains(fix, tc.fix) {
+				t.Fatalf("fix for %s: %q lacks %q", r.Err, fix, tc.fix)
+			}
+		})
+	}
+}
+
+func TestFailuresAggregate(t *testing.T) {
+	res := &Results{Arms: []ArmInfo{{Name: "a"}, {Name: "b"}}, Trials: []*TrialResult{
+		{Arm: "a", Requests: 10, ErrorReasons: map[string]int{"handshake_timeout": 2, "dial_refused": 1},
+			ErrorSamples: map[string]string{"handshake_timeout": "i/o timeout", "dial_refused": "connection refused"}},
+		{Arm: "a", Requests: 10, ErrorReasons: map[string]int{"handshake_timeout": 3},
+			ErrorSamples: map[string]string{"handshake_timeout": "later timeout"}},
+		{Arm: "b", Requests: 10},
+	}}
+	got := failures(res)
+	if len(got) != 2 || got[0].Reason != "handshake_timeout" || got[0].Count != 5 || got[0].Trials != 2 ||
+		got[0].Requests != 20 || got[0].FirstError != "i/o timeout" || got[1].Reason != "dial_refused" || got[1].Fix == "" {
+		t.Fatalf("failures = %+v", got)
+	}
+	if err := allFailed(&Results{Trials: []*TrialResult{{Requests: 5}}, Failures: got}); !errors.Is(err, ErrFailed) ||
+		!strings.Contains(err.Error(), "handshake_timeout") {
+		t.Fatalf("allFailed = %v", err)
+	}
+	if err := allFailed(&Results{Trials: []*TrialResult{{Requests: 5}, {Requests: 5, OK: 1}}}); err != nil {
+		t.Fatalf("one success: %v", err)
 	}
 }

@@ -1,6 +1,6 @@
 // Package procfs parses the few Linux /proc files pqwatch reads about
-// processes: /proc/PID/stat, /proc/PID/statm and the btime line of
-// /proc/stat. The Parse functions work on bytes the caller read (so a caller
+// processes: /proc/PID/stat, /proc/PID/statm, /proc/PID/task/TID/schedstat
+// and the btime line of /proc/stat. The Parse functions work on bytes the caller read (so a caller
 // can keep files open and reuse buffers); the Read functions are thin
 // conveniences that read the file under a proc root ("/proc", or
 // "/host/proc" in a container) and parse it.
@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // UserHZ is USER_HZ, the unit of the time fields of /proc/PID/stat. It is
@@ -33,6 +34,8 @@ var (
 	ErrBadStatm = errors.New("procfs: malformed /proc/PID/statm")
 	// ErrNoBtime reports a /proc/stat without a usable btime line.
 	ErrNoBtime = errors.New("procfs: no btime in /proc/stat")
+	// ErrBadSchedstat reports a schedstat line that cannot be parsed.
+	ErrBadSchedstat = errors.New("procfs: malformed schedstat")
 )
 
 // Stat is the part of /proc/PID/stat that pqwatch uses. Field numbers are
@@ -171,6 +174,63 @@ func ParseBtime(b []byte) (int64, error) {
 		}
 	}
 	return 0, ErrNoBtime
+}
+
+// ParseSchedstat returns the first field of a /proc/PID/task/TID/schedstat
+// line: the time the thread has run on a CPU, in nanoseconds (the
+// scheduler's sum_exec_runtime). Unlike utime+stime of /proc/PID/stat, which
+// are clock ticks charged by sampling, it is exact. The other two fields
+// (time waiting on a run queue, and timeslices run) are checked for form
+// and ignored.
+func ParseSchedstat(b []byte) (uint64, error) {
+	f := bytes.Fields(b)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("%w: %d fields", ErrBadSchedstat, len(f))
+	}
+	var run uint64
+	for i, x := range f {
+		v, ok := atoi(x)
+		if !ok {
+			return 0, fmt.Errorf("%w: bad field %d", ErrBadSchedstat, i+1)
+		}
+		if i == 0 {
+			run = v
+		}
+	}
+	return run, nil
+}
+
+// ReadTaskRuntimes reads root/PID/task/*/schedstat and stores each
+// thread's run time in nanoseconds in dst, by TID (dst is cleared first).
+// A thread that exits during the scan is skipped; the error is that of
+// reading the task directory (the process is gone) or of a schedstat file
+// that does not parse (a kernel without CONFIG_SCHED_INFO has none).
+func ReadTaskRuntimes(root string, pid int, dst map[int]uint64) error {
+	clear(dst)
+	dir := filepath.Join(root, strconv.Itoa(pid), "task")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		tid, err := strconv.Atoi(e.Name())
+		if err != nil || tid <= 0 {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name(), "schedstat"))
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		ns, err := ParseSchedstat(b)
+		if err != nil {
+			return fmt.Errorf("%s/%d/schedstat: %w", dir, tid, err)
+		}
+		dst[tid] = ns
+	}
+	return nil
 }
 
 // ReadStat reads and parses root/PID/stat.

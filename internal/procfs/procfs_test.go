@@ -249,3 +249,92 @@ func BenchmarkReadStat(b *testing.B) {
 		}
 	}
 }
+
+// schedstatCases are the table of TestParseSchedstat and the seeds of
+// FuzzParseSchedstat.
+var schedstatCases = []struct {
+	in   string
+	want uint64
+	ok   bool
+}{
+	{"980120 311731 15\n", 980120, true},
+	{"0 0 0", 0, true},
+	{"18446744073709551615 1 1\n", 18446744073709551615, true},
+	{"", 0, false},
+	{"980120\n", 0, false},
+	{"1 2\n", 0, false},
+	{"1 2 3 4\n", 0, false},
+	{"-1 2 3\n", 0, false},
+	{"1 x 3\n", 0, false},
+	{"18446744073709551616 1 1\n", 0, false},
+}
+
+func TestParseSchedstat(t *testing.T) {
+	for _, tc := range schedstatCases {
+		got, err := ParseSchedstat([]byte(tc.in))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseSchedstat(%q) = %d, %v", tc.in, got, err)
+		}
+		if err != nil && !errors.Is(err, ErrBadSchedstat) {
+			t.Errorf("ParseSchedstat(%q) error %v is not ErrBadSchedstat", tc.in, err)
+		}
+	}
+}
+
+func FuzzParseSchedstat(f *testing.F) {
+	for _, tc := range schedstatCases {
+		f.Add([]byte(tc.in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := ParseSchedstat(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadSchedstat) {
+				t.Fatalf("error %v is not ErrBadSchedstat", err)
+			}
+			return
+		}
+		if again, err := ParseSchedstat(fmt.Appendf(nil, "%d 0 0\n", v)); err != nil || again != v {
+			t.Fatalf("round trip of %d: %d, %v", v, again, err)
+		}
+	})
+}
+
+// TestReadTaskRuntimes reads a made-up task directory (two threads, a
+// non-TID entry, a thread that exited mid-scan) and this process's own.
+func TestReadTaskRuntimes(t *testing.T) {
+	root := t.TempDir()
+	for tid, line := range map[string]string{"7": "1000 5 1\n", "9": "2500 0 3\n"} {
+		d := filepath.Join(root, "7", "task", tid)
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "schedstat"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, "7", "task", "11"), 0o755); err != nil { // exited: no schedstat
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "7", "task", "self"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got := map[int]uint64{99: 1}
+	if err := ReadTaskRuntimes(root, 7, got); err != nil || len(got) != 2 || got[7] != 1000 || got[9] != 2500 {
+		t.Fatalf("ReadTaskRuntimes = %v, %v", got, err)
+	}
+	if err := ReadTaskRuntimes(root, 8, got); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing process: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "7", "task", "9", "schedstat"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReadTaskRuntimes(root, 7, got); !errors.Is(err, ErrBadSchedstat) {
+		t.Fatalf("malformed: %v", err)
+	}
+	self := map[int]uint64{}
+	if err := ReadTaskRuntimes("/proc", os.Getpid(), self); os.IsNotExist(err) {
+		t.Skip("no /proc:", err)
+	} else if err != nil || self[os.Getpid()] == 0 {
+		t.Fatalf("self: %v, %v", self, err)
+	}
+}
