@@ -72,7 +72,11 @@ type NginxOptions struct {
 	ECDHCurve string // ssl_ecdh_curve value, "" = OpenSSL's default
 	LogFormat string // log_format pq definition, "" = the recommended one
 	Workers   int
-	Extra     string // extra server-block lines
+	// Resumption turns session tickets and a shared session cache on
+	// (resumption by ticket and by session ID); off by default, so every
+	// connection is a full handshake.
+	Resumption bool
+	Extra      string // extra server-block lines
 }
 
 // RecommendedLogFormat is the access-log format README recommends.
@@ -97,6 +101,10 @@ func StartNginxE(ctx context.Context, dir string, o NginxOptions) (*Nginx, error
 	if o.LogFormat == "" {
 		o.LogFormat = RecommendedLogFormat
 	}
+	resumption := "ssl_session_tickets off;\n    ssl_session_cache off;"
+	if o.Resumption {
+		resumption = "ssl_session_tickets on;\n    ssl_session_cache shared:pq:1m;\n    ssl_session_timeout 5m;"
+	}
 	curve := ""
 	if o.ECDHCurve != "" {
 		curve = "ssl_ecdh_curve " + o.ECDHCurve + ";"
@@ -114,8 +122,7 @@ http {
     ssl_certificate %s;
     ssl_certificate_key %s;
     ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_tickets off;
-    ssl_session_cache off;
+    %s
     %s
     access_log %s pq;
     keepalive_timeout 0;
@@ -124,7 +131,7 @@ http {
     %s
   }
 }
-`, o.Workers, n.PidFile, n.ErrorLog, o.LogFormat, o.Listen, certFile, keyFile, curve, n.AccessLog, o.Extra)
+`, o.Workers, n.PidFile, n.ErrorLog, o.LogFormat, o.Listen, certFile, keyFile, resumption, curve, n.AccessLog, o.Extra)
 	confFile := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
 		return nil, err
