@@ -466,7 +466,7 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 		}
 		return
 	}
-	if f.shFinal && s.stepOverAtEnd(f) {
+	if f.chDone && s.stepOverAtEnd(f) {
 		return // what came after a hole finished the record
 	}
 	r := f.rec
@@ -637,9 +637,12 @@ func (s *Sniffer) countLost(f *flow) {
 // record the parser waits on, and inside the body of a handshake message
 // that pqwatch does not read (Certificate, CertificateStatus), so that
 // every record and message header after them is where the lengths say.
+// The messages before the hole may share its record (OpenSSL sends a TLS
+// 1.2 flight as one record): the ServerHello is parsed once that record is
+// complete.
 func (s *Sniffer) canStepOver(f *flow, d, a, b int) bool {
 	st := &f.dir[d]
-	if d == int(f.clientDir) || !f.chDone || !f.shFinal || st.tlsStart < 0 || st.recOff+5 > a || len(st.hs) >= s.cfg.MaxStreamBytes {
+	if d == int(f.clientDir) || !f.chDone || st.tlsStart < 0 || st.recOff+5 > a || len(st.hs) >= s.cfg.MaxStreamBytes {
 		return false
 	}
 	hdr, err := tlsparse.ParseRecordHeader(st.buf[st.recOff:])

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/crypto/cryptobyte"
 
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/sniffer"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
@@ -339,6 +340,22 @@ func gapCases() []rcase {
 	return []rcase{
 		{name: "capture lost the middle of the Certificate: stepped over, the ServerKeyExchange parsed", build: inCert(false)},
 		{name: "capture lost the middle of the Certificate, the ACK captured before what follows: stepped over", build: inCert(true)},
+		{name: "one record holds the whole flight (as OpenSSL sends it), hole inside the Certificate: stepped over", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
+			cli := craftCH(nil, nil, suites12)
+			srv := hsRecord(craftSH(otherSID, ecdheRSA), craftCert(), craftSKEx25519(), shd)
+			cert := 5 + len(craftSH(otherSID, ecdheRSA))
+			c := newCapture(t, cli, srv)
+			c.handshake3()
+			chTS := c.seg(0, 0, -1)
+			shTS := c.seg(1, 0, cert+100)
+			c.lost(1, cert+100, cert+500)
+			c.seg(1, cert+500, -1)
+			c.frame(0, c.isn[0]+1+uint32(len(cli)), 0x10, nil)
+			c.closeBoth()
+			w := wantCrafted(t, cli, srv, "TLS1.2", ecdheRSA, "x25519")
+			w.TS, w.HandshakeRTTMicros = chTS, rtt(chTS, shTS)
+			return c, []record.Handshake{w}, map[string]uint64{"capture_gap": 1}
+		}},
 		{name: "capture lost the ServerKeyExchange: completed, group unknown, both counted", build: func(t *testing.T) (*capture, []record.Handshake, map[string]uint64) {
 			tr := hs12
 			offs := recOffsets(tr)
@@ -382,5 +399,75 @@ func TestCaptureGaps(t *testing.T) {
 	transcripts(t)
 	for _, tc := range gapCases() {
 		t.Run(tc.name, func(t *testing.T) { runCase(t, tc, nil) })
+	}
+}
+
+// TestCaptureGapEveryPosition loses every run of a server's TLS 1.2 flight
+// in turn (the client acknowledging it), for crypto/tls's flight (a record
+// per message) and for one record holding the flight (as OpenSSL sends it):
+// one record always; the group is x25519 when the hole lies inside the
+// Certificate's body and never when it touches the ServerKeyExchange (zeros
+// are never read as a message); a completed record without it says unknown
+// and counts the ServerKeyExchange missing.
+func TestCaptureGapEveryPosition(t *testing.T) {
+	transcripts(t)
+	type flight struct {
+		name              string
+		cli, srv          []byte
+		shEnd             int // where the ServerHello is parsed from: the end of its record
+		certBody, certEnd int // the Certificate's body, after its record and message headers
+		skeEnd            int
+		oneRecord         bool
+	}
+	recs := tlsRecords(hs12.srv)
+	sh, cert := len(recs[0]), len(recs[1])
+	one := hsRecord(craftSH(otherSID, ecdheRSA), craftCert(), craftSKEx25519(), shd)
+	oneCert := 5 + len(craftSH(otherSID, ecdheRSA))
+	for _, fl := range []flight{
+		{"crypto/tls", hs12.cli, hs12.srv, sh, sh + 5 + 4, sh + cert, sh + cert + len(recs[2]), false},
+		{"one record", craftCH(nil, nil, suites12), one, len(one), oneCert + 4, oneCert + len(craftCert()), oneCert + len(craftCert()) + len(craftSKEx25519()), true},
+	} {
+		n := len(tlsRecords(fl.cli)[0])
+		for _, size := range []int{1, 40, 300} {
+			for a := 0; a+size <= fl.skeEnd+20 && a+size <= len(fl.srv); a += 7 {
+				b := a + size
+				c := newCapture(t, fl.cli, fl.srv)
+				c.handshake3()
+				c.seg(0, 0, n)
+				if a > 0 {
+					c.segs(1, 0, a, 1400)
+				}
+				c.lost(1, a, b)
+				c.segs(1, b, -1, 1400)
+				if n < len(fl.cli) {
+					c.seg(0, n, -1)
+				} else {
+					c.frame(0, c.isn[0]+1+uint32(n), 0x10, nil)
+				}
+				c.closeBoth()
+				got, st, _ := feed(sniffer.Config{}, c.link(), c.pkts, true)
+				if len(got) != 1 {
+					t.Fatalf("%s, hole [%d,%d): %d records", fl.name, a, b, len(got))
+				}
+				r := got[0]
+				inCert := a >= fl.certBody && b <= fl.certEnd
+				switch {
+				case inCert:
+					if r.Group != "x25519" || st.Errors["capture_gap"] != 1 {
+						t.Errorf("%s, hole [%d,%d) inside the Certificate: group %q, errors %v", fl.name, a, b, r.Group, st.Errors)
+					}
+				case b > fl.certEnd && a < fl.skeEnd:
+					if r.Group != "" {
+						t.Errorf("%s, hole [%d,%d) over the ServerKeyExchange: group %q", fl.name, a, b, r.Group)
+					}
+				}
+				if r.Outcome == record.OutcomeOK && r.Group == "" && (r.GroupMissing != record.GroupMissingUnknown || st.Errors["server_key_exchange_missing"] != 1) {
+					t.Errorf("%s, hole [%d,%d): no group, group_missing %q, errors %v", fl.name, a, b, r.GroupMissing, st.Errors)
+				}
+				if ok := r.Outcome == record.OutcomeOK; (a >= fl.shEnd || inCert) != ok {
+					t.Errorf("%s, hole [%d,%d): outcome %s", fl.name, a, b, r.Outcome)
+				}
+			}
+		}
 	}
 }
