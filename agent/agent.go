@@ -156,10 +156,10 @@ func New(cfg Config) (a *Agent, err error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.capt = capt
+	opened := a // a is nil in a failed return when the deferred call runs
 	defer func() {
 		if err != nil {
-			a.closeOpened()
-			a = nil
+			opened.closeOpened()
 		}
 	}()
 	pc := pipeline.Config{Logger: cfg.Logger, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
