@@ -83,12 +83,13 @@ var (
 	RTTBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 )
 
-// Forecast outcomes for ObserveForecast.
+// Forecast outcomes for ObserveForecast: the names of forecast's Kinds.
 const (
 	ForecastPQ        = "pq"
 	ForecastHRR       = "hrr"
 	ForecastClassical = "classical"
-	ForecastFail      = "fail" // the policy shares no group with the client
+	ForecastLosesPQ   = "loses_pq" // PQ today, a classical group under the policy (never counted as classical)
+	ForecastFail      = "fail"     // the policy shares no group with the client
 )
 
 // Log join results for LogJoin.
@@ -128,7 +129,7 @@ var DefaultParseErrorReasons = []string{
 }
 
 var (
-	forecastValues  = []string{ForecastPQ, ForecastHRR, ForecastClassical, ForecastFail}
+	forecastValues  = []string{ForecastPQ, ForecastHRR, ForecastClassical, ForecastLosesPQ, ForecastFail}
 	joinValues      = []string{JoinJoined, JoinUnmatched, JoinAmbiguous, JoinMismatch}
 	logSourceValues = []string{LogSourceNginx, LogSourceNginxError, LogSourceCaddy, labelOther}
 	logResultValues = []string{LogLineOK, LogLineMalformed, LogLineSkipped, labelOther}
@@ -228,7 +229,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 
 	forecastVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "forecast_handshakes_total",
-		Help: "Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, or fail (no group in common).",
+		Help: "Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, loses_pq (a PQ group today, a classical one under the policy), or fail (no group in common).",
 	}, []string{"outcome"})
 	m.forecast = resolveCounters(forecastVec, forecastValues)
 
@@ -365,7 +366,8 @@ func (m *Metrics) serverHelloObserver(gi int) prometheus.Observer {
 }
 
 // ObserveForecast counts one forecast handshake; outcome is ForecastPQ,
-// ForecastHRR or ForecastClassical. Other values are ignored.
+// ForecastHRR, ForecastClassical, ForecastLosesPQ or ForecastFail. Other
+// values are ignored.
 func (m *Metrics) ObserveForecast(outcome string) {
 	if c, ok := m.forecast[outcome]; ok {
 		c.Inc()

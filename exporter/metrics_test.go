@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -178,11 +180,12 @@ pqwatch_log_joins_total{result="ambiguous"} 1
 pqwatch_log_joins_total{result="joined"} 1
 pqwatch_log_joins_total{result="mismatch"} 0
 pqwatch_log_joins_total{result="unmatched"} 0
-# HELP pqwatch_forecast_handshakes_total Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, or fail (no group in common).
+# HELP pqwatch_forecast_handshakes_total Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, loses_pq (a PQ group today, a classical one under the policy), or fail (no group in common).
 # TYPE pqwatch_forecast_handshakes_total counter
 pqwatch_forecast_handshakes_total{outcome="classical"} 0
 pqwatch_forecast_handshakes_total{outcome="fail"} 0
 pqwatch_forecast_handshakes_total{outcome="hrr"} 1
+pqwatch_forecast_handshakes_total{outcome="loses_pq"} 0
 pqwatch_forecast_handshakes_total{outcome="pq"} 0
 # HELP pqwatch_kafka_messages_total Kafka messages by result: delivered, failed (attempt failed, kept for retry), spooled (to disk), dropped (lost).
 # TYPE pqwatch_kafka_messages_total counter
@@ -204,6 +207,46 @@ pqwatch_kafka_messages_total{result="spooled"} 0
 		if got := float64(m.logLines.totals()[m.logLines.find([]string{tc.source, tc.result})]); got != tc.want {
 			t.Errorf("log_lines{%s,%s} = %v, want %v", tc.source, tc.result, got, tc.want)
 		}
+	}
+}
+
+// TestForecastSink: every forecast Kind but unknown is a label value,
+// there at zero from the start, and a client that negotiates a PQ group
+// today and a classical one under the policy counts as loses_pq, not
+// classical.
+func TestForecastSink(t *testing.T) {
+	for _, k := range forecast.Kinds {
+		if k != forecast.Unknown && !slices.Contains(forecastValues, k.String()) {
+			t.Errorf("forecast kind %q is not an outcome label value", k)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	sink := ForecastSink(m, forecast.DefaultPolicy)
+	pq := sampleRecord()
+	pq.OfferedIDs, pq.KeyShareIDs = []uint16{0x11ec, 0x001d, 0x0017}, []uint16{0x11ec, 0x001d}
+	kyber := sampleRecord() // Chrome 124-130, served by a server that still speaks the draft
+	kyber.OfferedGroups, kyber.OfferedIDs = []string{"X25519Kyber768Draft00", "x25519"}, []uint16{0x6399, 0x001d}
+	kyber.KeyShares, kyber.KeyShareIDs = []record.KeyShare{{Group: "X25519Kyber768Draft00", Bytes: 1216}, {Group: "x25519", Bytes: 32}}, []uint16{0x6399, 0x001d}
+	kyber.Group = "X25519Kyber768Draft00"
+	classical := classicalRecord()
+	classical.OfferedIDs, classical.KeyShareIDs = []uint16{0x001d, 0x0017}, []uint16{0x001d}
+	for _, h := range []*record.Handshake{pq, kyber, kyber, classical} {
+		if err := sink.Write(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const want = `
+# HELP pqwatch_forecast_handshakes_total Handshakes by what they would become under the forecast server policy: pq, hrr (a HelloRetryRequest would be needed), classical, loses_pq (a PQ group today, a classical one under the policy), or fail (no group in common).
+# TYPE pqwatch_forecast_handshakes_total counter
+pqwatch_forecast_handshakes_total{outcome="classical"} 1
+pqwatch_forecast_handshakes_total{outcome="fail"} 0
+pqwatch_forecast_handshakes_total{outcome="hrr"} 0
+pqwatch_forecast_handshakes_total{outcome="loses_pq"} 2
+pqwatch_forecast_handshakes_total{outcome="pq"} 1
+`
+	if err := testutil.CollectAndCompare(reg, strings.NewReader(want), "pqwatch_forecast_handshakes_total"); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -62,6 +62,16 @@
 // and in which of two shared classical groups wins (Go: server order;
 // OpenSSL: client key_share order).
 //
+// # Losing PQ
+//
+// A record that negotiated a PQ group today (its pq field) and would
+// negotiate a classical one under the policy is [LosesPQ], whatever the
+// reason and with or without an HRR ([Outcome].HRR says which), never
+// [Classical]: a client that offers only X25519Kyber768Draft00 as its PQ
+// group, served today by a server that still speaks the draft, loses PQ
+// under a policy without it (and its ServerHello shrinks by 1088 bytes).
+// [Outcome].Lost is the PQ group negotiated today.
+//
 // # The byte model
 //
 // Only the ServerHello changes with the group: its key_share entry carries
@@ -254,16 +264,21 @@ func (p *Policy) tuple(i int) int {
 // Kind is a predicted outcome.
 type Kind uint8
 
-// Kinds. PQ, HRR and Classical are the metric label values.
+// Kinds, one per handshake: they partition the predictions. Their String
+// values (but "unknown") are the metric label values.
 const (
 	Unknown   Kind = iota // the record has no ClientHello to predict from
 	PQ                    // a PQ or hybrid group, no extra round trip
-	HRR                   // a HelloRetryRequest (one extra round trip); Group may be PQ or not
-	Classical             // a classical group (or TLS 1.2)
+	HRR                   // a HelloRetryRequest (one extra round trip); Group may be PQ or not (not: classical today too)
+	Classical             // a classical group (or TLS 1.2), as today
 	Fail                  // no group in common: the handshake would fail
+	// LosesPQ: the record negotiated a PQ group today (Outcome.Lost) and
+	// would negotiate a classical one under the policy, whatever the
+	// reason, with or without an HRR (Outcome.HRR). It is never Classical.
+	LosesPQ
 )
 
-var kindNames = [...]string{Unknown: "unknown", PQ: "pq", HRR: "hrr", Classical: "classical", Fail: "fail"}
+var kindNames = [...]string{Unknown: "unknown", PQ: "pq", HRR: "hrr", Classical: "classical", Fail: "fail", LosesPQ: "loses_pq"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -273,7 +288,7 @@ func (k Kind) String() string {
 }
 
 // Kinds lists every Kind, a bounded metric label set.
-var Kinds = []Kind{PQ, HRR, Classical, Fail, Unknown}
+var Kinds = []Kind{PQ, HRR, Classical, LosesPQ, Fail, Unknown}
 
 // Reasons, a bounded set.
 const (
@@ -293,20 +308,31 @@ const (
 type Outcome struct {
 	Kind Kind
 	// Group is the group the server would finally negotiate (after the HRR
-	// when Kind is HRR); 0 for Fail, Unknown and non-ECDHE TLS 1.2.
-	Group  uint16
+	// when HRR is set); 0 for Fail, Unknown and non-ECDHE TLS 1.2.
+	Group uint16
+	// Lost is, when Kind is LosesPQ, the PQ group the record negotiated
+	// today (0 if its name is not in the registry); 0 otherwise.
+	Lost uint16
+	// HRR: the server would first send a HelloRetryRequest (one extra
+	// round trip). Set for every Kind HRR, and for a LosesPQ reached
+	// through one.
+	HRR bool
+	// Reason is one of the Reason constants: for PQ and HRR why the key
+	// share was or was not there, for Classical and LosesPQ why the
+	// handshake does not end in a PQ group.
 	Reason string
 	// ServerHelloBytes is the predicted final ServerHello, header
 	// included; 0 when it cannot be predicted (a group without a known
 	// share size). Modeled reports that the record also has an observed
 	// ServerHello, so ServerHelloGrowth (predicted minus observed) means
-	// something.
+	// something; it is negative when the ServerHello would shrink (a
+	// LosesPQ from X25519MLKEM768 to x25519: -1088).
 	ServerHelloBytes  int
 	ServerHelloGrowth int
 	Modeled           bool
 	// HRRBytes estimates the bytes an HRR adds that the observed handshake
 	// did not have: the HelloRetryRequest plus the second ClientHello. 0
-	// unless Kind is HRR and the observed handshake had no HRR.
+	// unless HRR is set and the observed handshake had no HRR.
 	HRRBytes int
 }
 
@@ -341,6 +367,14 @@ func Predict(p Policy, r *record.Handshake) Outcome {
 	} else {
 		g, hrr := select13(&p, r)
 		o = classify(&p, r, g, hrr)
+	}
+	if r.PQ && (o.Kind == Classical || o.Kind == HRR && !isPQ(o.Group)) {
+		// PQ today, classical under p: whatever the reason, a loss.
+		if o.Kind == HRR {
+			o.Reason = ClassicalReason(&p, r)
+		}
+		o.Kind = LosesPQ
+		o.Lost, _ = groupID(r.Group)
 	}
 	bytesModel(&o, r)
 	return o
@@ -433,7 +467,7 @@ func classify(p *Policy, r *record.Handshake, g uint16, hrr bool) Outcome {
 	if g == 0 {
 		return Outcome{Kind: Fail, Reason: ReasonNoMutualGroup}
 	}
-	o := Outcome{Group: g}
+	o := Outcome{Group: g, HRR: hrr}
 	switch {
 	case hrr:
 		o.Kind = HRR
@@ -451,8 +485,8 @@ func classify(p *Policy, r *record.Handshake, g uint16, hrr bool) Outcome {
 	return o
 }
 
-// ClassicalReason says why a handshake stays classical under p (one of the
-// Reason constants).
+// ClassicalReason says why a handshake does not end in a PQ group under p,
+// whether it stays classical or loses PQ (one of the Reason constants).
 func ClassicalReason(p *Policy, r *record.Handshake) string {
 	offersPQ, mutualPQ := false, false
 	for _, g := range r.OfferedIDs {
@@ -485,7 +519,7 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 	if o.Kind == Unknown || o.Kind == Fail {
 		return
 	}
-	if o.Kind == Classical && o.Reason == ReasonTLS12 {
+	if o.Reason == ReasonTLS12 {
 		if r.ServerHelloBytes > 0 {
 			o.ServerHelloBytes, o.Modeled = r.ServerHelloBytes, true
 		}
@@ -511,7 +545,7 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 	} else {
 		o.Modeled = false
 	}
-	if o.Kind == HRR && !r.HRR {
+	if o.HRR && !r.HRR {
 		hrrMsg := HelloRetryRequestSize(sh, o.Group)
 		ch2 := r.ClientHelloBytes + 4 + ClientShareSize(o.Group)
 		for _, ks := range r.KeyShares {

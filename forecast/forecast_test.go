@@ -110,6 +110,75 @@ func TestPredict(t *testing.T) {
 	}
 }
 
+// TestPredictLosesPQ: a record that negotiated a PQ group today and would
+// negotiate a classical one is LosesPQ, never Classical, with the group lost.
+func TestPredictLosesPQ(t *testing.T) {
+	kyberPolicy, err := ParsePolicy("X25519Kyber768Draft00,x25519")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		p      Policy
+		r      *record.Handshake
+		kind   Kind
+		group  uint16
+		lost   uint16
+		hrr    bool
+		reason string
+		growth int
+	}{
+		{"kyber-only client, policy without kyber", GoPolicy, seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), "TLS1.3", kyber, false, 1210),
+			LosesPQ, x25519, kyber, false, ReasonNoMutualPQ, -1088},
+		{"kyber-only client, openssl3.5 default", openssl35, seen(hello("13", []uint16{kyber, x25519, p256}, []uint16{kyber, x25519}), "TLS1.3", kyber, false, 1210),
+			LosesPQ, x25519, kyber, false, ReasonNoMutualPQ, -1088},
+		{"kyber share only, loses PQ through an HRR", GoPolicy, seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber}), "TLS1.3", kyber, false, 1210),
+			LosesPQ, x25519, kyber, true, ReasonNoMutualPQ, -1088},
+		{"policy prefers classical", Policy{Groups: []uint16{x25519, mlkem}, Tuple: []uint8{0, 1}, Mode: ModeTuples}, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false, 1210),
+			LosesPQ, x25519, mlkem, false, ReasonPolicyClassic, -1088},
+		{"classical-only openssl3.0", openssl30, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false, 1210),
+			LosesPQ, x25519, mlkem, false, ReasonNoMutualPQ, -1088},
+		{"mlkem -> p256", Policy{Groups: []uint16{p256}}, seen(hello("13", []uint16{mlkem, p256}, []uint16{mlkem, p256}), "TLS1.3", mlkem, false, 1210),
+			LosesPQ, p256, mlkem, false, ReasonNoMutualPQ, -1055},
+		{"pq client stays pq", GoPolicy, seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false, 1210),
+			PQ, mlkem, 0, false, ReasonPQShare, 0},
+		{"kyber client, policy with kyber", kyberPolicy, seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), "TLS1.3", kyber, false, 1210),
+			PQ, kyber, 0, false, ReasonPQShare, 0},
+		{"pq today, another pq group via hrr", Policy{Groups: []uint16{p256mk, p256}}, seen(hello("13", []uint16{mlkem, p256mk, p256}, []uint16{mlkem}), "TLS1.3", mlkem, false, 1210),
+			HRR, p256mk, 0, true, ReasonPQNoShare, (65 + 1088) - (32 + 1088)},
+		{"classical today stays classical", Policy{Groups: []uint16{x25519}}, seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), "TLS1.3", x25519, false, 122),
+			Classical, x25519, 0, false, ReasonNoMutualPQ, 0},
+		{"pq today, no mutual group fails", Policy{Groups: []uint16{p384}}, seen(hello("13", []uint16{mlkem, x25519}, []uint16{mlkem}), "TLS1.3", mlkem, false, 1210),
+			Fail, 0, 0, false, ReasonNoMutualGroup, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := Predict(c.p, c.r)
+			if o.Kind != c.kind || o.Group != c.group || o.Lost != c.lost || o.HRR != c.hrr || o.Reason != c.reason || o.ServerHelloGrowth != c.growth {
+				t.Errorf("got %v %s lost %s hrr %v %q growth %+d, want %v %s lost %s hrr %v %q growth %+d",
+					o.Kind, tlsparse.Group(o.Group), tlsparse.Group(o.Lost), o.HRR, o.Reason, o.ServerHelloGrowth,
+					c.kind, tlsparse.Group(c.group), tlsparse.Group(c.lost), c.hrr, c.reason, c.growth)
+			}
+			if o.Kind == LosesPQ && o.HRR && o.HRRBytes == 0 {
+				t.Errorf("a loss through a new HRR adds no HRR bytes: %+v", o)
+			}
+		})
+	}
+}
+
+func TestKinds(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range Kinds {
+		if s := k.String(); seen[s] || s == "" || s[0] == 'k' {
+			t.Errorf("kind %d: name %q", k, s)
+		}
+		seen[k.String()] = true
+	}
+	if len(Kinds) != len(kindNames) {
+		t.Errorf("Kinds lists %d of %d kinds", len(Kinds), len(kindNames))
+	}
+}
+
 func TestBytes(t *testing.T) {
 	// A TLS 1.3 ServerHello with a 32-byte session id and an x25519 share
 	// is 122 bytes; X25519MLKEM768 makes it 1210.
@@ -187,6 +256,8 @@ func TestPredictAllocs(t *testing.T) {
 		seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", x25519, false, 122),
 		seen(hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), "TLS1.3", x25519, false, 122),
 		seen(hello("12", []uint16{x25519}, nil), "TLS1.2", x25519, false, 80),
+		seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), "TLS1.3", kyber, false, 1210), // loses PQ
+		seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber}), "TLS1.3", kyber, false, 1210),         // loses PQ via an HRR
 	}
 	for _, p := range []Policy{GoPolicy, DefaultPolicy, openssl30} {
 		for _, r := range recs {

@@ -11,9 +11,9 @@ import (
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
-// Tail bounds: the JA4 table keeps at most MaxJA4 distinct fingerprints
-// (later ones are counted under "other" and in TailEvicted), and the JSON
-// and text lists show the TailRows largest rows.
+// Tail bounds: each JA4 table keeps at most MaxJA4 distinct rows (later
+// ones are counted under "other" and in TailEvicted or LosesPQEvicted), and
+// the JSON and text lists show the TailRows largest rows.
 const (
 	MaxJA4   = 10000
 	TailRows = 50
@@ -26,6 +26,23 @@ type TailRow struct {
 	Reason string `json:"reason"` // the most frequent reason in the row
 }
 
+// JA4Row is a TailRow keyed by JA4 and by what JA4 leaves out: whether the
+// client listed a PQ group in supported_groups and whether it sent a key
+// share for one. The same JA4 with PQ on and off is two rows.
+type JA4Row struct {
+	TailRow
+	PQOffered  bool `json:"pq_offered"`
+	PQKeyShare bool `json:"pq_key_share"`
+}
+
+// LostPQRow is a group of clients that would lose PQ: their JA4 row, the
+// PQ group they negotiate today and the classical group they would get.
+type LostPQRow struct {
+	JA4Row
+	Lost  string `json:"lost_group"`
+	Group string `json:"group"` // "none": TLS 1.2 without ECDHE
+}
+
 // Forecast aggregates the predictions of package forecast: the `forecast`
 // object of the JSON summary and the forecast section of the text report.
 type Forecast struct {
@@ -33,20 +50,27 @@ type Forecast struct {
 	Handshakes int    `json:"handshakes"` // records seen
 	Predicted  int    `json:"predicted"`  // records with a ClientHello to predict from
 
-	PQ        int `json:"pq"`
-	HRR       int `json:"hrr"` // of which HRRPQ end in a PQ group
+	PQ  int `json:"pq"`
+	HRR int `json:"hrr"` // every predicted HRR: HRRPQ of them end in a PQ group, LosesPQHRR lose PQ
+	// HRRPQ of the HRRs end in a PQ group.
 	HRRPQ     int `json:"hrr_pq"`
 	Classical int `json:"classical"`
-	Fail      int `json:"fail"`
-	Unknown   int `json:"unknown"`
+	// LosesPQ negotiated a PQ group today and would negotiate a classical
+	// one (LosesPQHRR of them after an HRR); not counted in Classical.
+	LosesPQ    int `json:"loses_pq"`
+	LosesPQHRR int `json:"loses_pq_hrr"`
+	Fail       int `json:"fail"`
+	Unknown    int `json:"unknown"`
 
 	// Shares are of Predicted and overlap: PQShare and ClassicalShare
 	// count every handshake that would end in a PQ (classical) group, with
-	// or without an HRR; HRRShare counts the HRRs of both. PQShare +
-	// ClassicalShare + FailShare = 1.
+	// or without an HRR, LosesPQShare those that lose PQ; HRRShare counts
+	// the HRRs of all three. PQShare + ClassicalShare + LosesPQShare +
+	// FailShare = 1.
 	PQShare        float64 `json:"pq_share"`
 	HRRShare       float64 `json:"hrr_share"`
 	ClassicalShare float64 `json:"classical_share"`
+	LosesPQShare   float64 `json:"loses_pq_share"`
 	FailShare      float64 `json:"fail_share"`
 
 	// Today: what the same handshakes negotiated.
@@ -54,30 +78,50 @@ type Forecast struct {
 	ObservedHRR int `json:"observed_hrr"`
 
 	// ClassicalReasons says why each handshake counted in ClassicalShare
-	// stays classical (see the Reason constants).
+	// stays classical, LosesPQReasons why each LosesPQ handshake would not
+	// end in a PQ group (see the Reason constants).
 	ClassicalReasons map[string]int `json:"classical_reasons"`
-	Groups           map[string]int `json:"groups"` // predicted group -> count
+	LosesPQReasons   map[string]int `json:"loses_pq_reasons"`
+	// LosesPQGroups counts the LosesPQ handshakes by the PQ group they
+	// negotiate today.
+	LosesPQGroups map[string]int `json:"loses_pq_groups"`
+	Groups        map[string]int `json:"groups"` // predicted group -> count
 
-	// ServerHello growth (predicted minus observed) over the Modeled
-	// handshakes, and the estimated bytes added by predicted HRRs.
-	Modeled                   int     `json:"bytes_modeled"`
-	AddedServerHelloBytes     float64 `json:"added_server_hello_bytes_per_handshake"`
-	AddedServerHelloBytesPQ   float64 `json:"added_server_hello_bytes_per_pq_handshake"`
-	TotalServerHelloGrowth    int64   `json:"total_server_hello_growth_bytes"`
-	NewHRR                    int     `json:"new_hrr"`
-	HRRBytesPerNewHRR         float64 `json:"hrr_added_bytes_per_new_hrr"` // estimate: HRR message + second ClientHello
-	AddedBytesPerHandshakeAll float64 `json:"added_bytes_per_handshake"`   // ServerHello growth plus HRR estimates, over Modeled
+	// ServerHello growth (predicted minus observed; negative: it shrinks)
+	// over the Modeled handshakes, and the estimated bytes added by
+	// predicted HRRs.
+	Modeled                      int     `json:"bytes_modeled"`
+	AddedServerHelloBytes        float64 `json:"added_server_hello_bytes_per_handshake"`
+	AddedServerHelloBytesPQ      float64 `json:"added_server_hello_bytes_per_pq_handshake"`
+	AddedServerHelloBytesLosesPQ float64 `json:"added_server_hello_bytes_per_loses_pq_handshake"` // negative: the PQ share lost
+	TotalServerHelloGrowth       int64   `json:"total_server_hello_growth_bytes"`
+	NewHRR                       int     `json:"new_hrr"`
+	HRRBytesPerNewHRR            float64 `json:"hrr_added_bytes_per_new_hrr"` // estimate: HRR message + second ClientHello
+	AddedBytesPerHandshakeAll    float64 `json:"added_bytes_per_handshake"`   // ServerHello growth plus HRR estimates, over Modeled
 
-	ClassicalByJA4 []TailRow `json:"classical_by_ja4,omitempty"`
-	ClassicalByUA  []TailRow `json:"classical_by_ua_family,omitempty"`
-	TailEvicted    int       `json:"classical_ja4_overflow,omitempty"`
+	ClassicalByJA4 []JA4Row    `json:"classical_by_ja4,omitempty"`
+	ClassicalByUA  []TailRow   `json:"classical_by_ua_family,omitempty"`
+	TailEvicted    int         `json:"classical_ja4_overflow,omitempty"`
+	LosesPQByJA4   []LostPQRow `json:"loses_pq_by_ja4,omitempty"`
+	LosesPQEvicted int         `json:"loses_pq_ja4_overflow,omitempty"`
 
-	policy   forecast.Policy
-	pqGrowth int64
-	nPQBytes int
-	hrrBytes int64
-	ja4      map[string]*tailAcc
-	ua       map[string]*tailAcc
+	policy     forecast.Policy
+	pqGrowth   int64
+	nPQBytes   int
+	lossGrowth int64
+	nLossBytes int
+	hrrBytes   int64
+	ja4        map[tailKey]*tailAcc
+	lost       map[tailKey]*tailAcc
+	ua         map[tailKey]*tailAcc
+}
+
+// tailKey is a row of a tail table: key is a JA4 or a UA family; the PQ
+// flags are set in JA4 tables, lost and group in the LosesPQ table.
+type tailKey struct {
+	key                string
+	pqOffered, pqShare bool
+	lost, group        uint16
 }
 
 type tailAcc struct {
@@ -96,10 +140,58 @@ func NewForecast(p forecast.Policy) *Forecast {
 		Policy:           p.String(),
 		policy:           p,
 		ClassicalReasons: map[string]int{},
+		LosesPQReasons:   map[string]int{},
+		LosesPQGroups:    map[string]int{},
 		Groups:           map[string]int{},
-		ja4:              map[string]*tailAcc{},
-		ua:               map[string]*tailAcc{},
+		ja4:              map[tailKey]*tailAcc{},
+		lost:             map[tailKey]*tailAcc{},
+		ua:               map[tailKey]*tailAcc{},
 	}
+}
+
+// ja4Key is r's row in a JA4 table.
+func ja4Key(r *record.Handshake) tailKey {
+	k := tailKey{key: r.JA4, pqOffered: r.PQOffered, pqShare: PQKeyShare(r)}
+	if k.key == "" {
+		k.key = "none"
+	}
+	return k
+}
+
+// PQKeyShare reports whether r's ClientHello carried a key share for a PQ
+// or hybrid group (from KeyShareIDs, else from the key_shares names).
+func PQKeyShare(r *record.Handshake) bool {
+	for _, g := range r.KeyShareIDs {
+		if tlsparse.Group(g).IsPQ() {
+			return true
+		}
+	}
+	if len(r.KeyShareIDs) == 0 {
+		for _, ks := range r.KeyShares {
+			if g, ok := tlsparse.ParseGroup(ks.Group); ok && g.IsPQ() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// count adds one record with reason to row k of m; past MaxJA4 rows a new
+// key is counted under "other" (its flags kept) and in *evicted.
+func count(m map[tailKey]*tailAcc, k tailKey, reason string, evicted *int) {
+	acc := m[k]
+	if acc == nil {
+		if len(m) >= MaxJA4 {
+			*evicted++
+			k.key = "other"
+			acc = m[k]
+		}
+		if acc == nil {
+			acc = &tailAcc{reasons: map[string]int{}}
+			m[k] = acc
+		}
+	}
+	acc.add(reason)
 }
 
 // Add predicts and counts one record.
@@ -121,23 +213,39 @@ func (rep *Forecast) Add(r *record.Handshake) forecast.Outcome {
 	rep.Predicted++
 	if o.Group != 0 {
 		rep.Groups[tlsparse.Group(o.Group).String()]++
-	} else if o.Kind == forecast.Classical {
+	} else if o.Kind == forecast.Classical || o.Kind == forecast.LosesPQ {
 		rep.Groups["none"]++
+	}
+	if o.HRR {
+		rep.HRR++
+		if o.HRRBytes > 0 {
+			rep.NewHRR++
+			rep.hrrBytes += int64(o.HRRBytes)
+		}
 	}
 	switch o.Kind {
 	case forecast.PQ:
 		rep.PQ++
 	case forecast.HRR:
-		rep.HRR++
 		if tlsparse.Group(o.Group).IsPQ() {
 			rep.HRRPQ++
 		}
-		if o.HRRBytes > 0 {
-			rep.NewHRR++
-			rep.hrrBytes += int64(o.HRRBytes)
-		}
 	case forecast.Classical:
 		rep.Classical++
+	case forecast.LosesPQ:
+		rep.LosesPQ++
+		if o.HRR {
+			rep.LosesPQHRR++
+		}
+		lost := tlsparse.Group(o.Lost).String()
+		if o.Lost == 0 {
+			lost = r.Group
+		}
+		rep.LosesPQGroups[lost]++
+		rep.LosesPQReasons[o.Reason]++
+		k := ja4Key(r)
+		k.lost, k.group = o.Lost, o.Group
+		count(rep.lost, k, o.Reason, &rep.LosesPQEvicted)
 	case forecast.Fail:
 		rep.Fail++
 	}
@@ -149,39 +257,22 @@ func (rep *Forecast) Add(r *record.Handshake) forecast.Outcome {
 			reason = forecast.ClassicalReason(&rep.policy, r)
 		}
 		rep.ClassicalReasons[reason]++
-		key := r.JA4
-		if key == "" {
-			key = "none"
-		}
-		acc := rep.ja4[key]
-		if acc == nil {
-			if len(rep.ja4) >= MaxJA4 {
-				rep.TailEvicted++
-				key = "other"
-				acc = rep.ja4[key]
-			}
-			if acc == nil {
-				acc = &tailAcc{reasons: map[string]int{}}
-				rep.ja4[key] = acc
-			}
-		}
-		acc.add(reason)
+		count(rep.ja4, ja4Key(r), reason, &rep.TailEvicted)
 		if r.Log != nil {
-			fam := UAFamily(r.Log.UserAgent)
-			acc := rep.ua[fam]
-			if acc == nil {
-				acc = &tailAcc{reasons: map[string]int{}}
-				rep.ua[fam] = acc
-			}
-			acc.add(reason)
+			var none int // at most a dozen families: never evicted
+			count(rep.ua, tailKey{key: UAFamily(r.Log.UserAgent)}, reason, &none)
 		}
 	}
 	if o.Modeled {
 		rep.Modeled++
 		rep.TotalServerHelloGrowth += int64(o.ServerHelloGrowth)
-		if tlsparse.Group(o.Group).IsPQ() {
+		switch {
+		case tlsparse.Group(o.Group).IsPQ():
 			rep.pqGrowth += int64(o.ServerHelloGrowth)
 			rep.nPQBytes++
+		case o.Kind == forecast.LosesPQ:
+			rep.lossGrowth += int64(o.ServerHelloGrowth)
+			rep.nLossBytes++
 		}
 	}
 	return o
@@ -192,7 +283,8 @@ func (rep *Forecast) Finish() {
 	if n := float64(rep.Predicted); n > 0 {
 		rep.PQShare = float64(rep.PQ+rep.HRRPQ) / n
 		rep.HRRShare = float64(rep.HRR) / n
-		rep.ClassicalShare = float64(rep.Classical+rep.HRR-rep.HRRPQ) / n
+		rep.ClassicalShare = float64(rep.stayClassical()) / n
+		rep.LosesPQShare = float64(rep.LosesPQ) / n
 		rep.FailShare = float64(rep.Fail) / n
 	}
 	if rep.Modeled > 0 {
@@ -202,15 +294,48 @@ func (rep *Forecast) Finish() {
 	if rep.nPQBytes > 0 {
 		rep.AddedServerHelloBytesPQ = float64(rep.pqGrowth) / float64(rep.nPQBytes)
 	}
+	if rep.nLossBytes > 0 {
+		rep.AddedServerHelloBytesLosesPQ = float64(rep.lossGrowth) / float64(rep.nLossBytes)
+	}
 	if rep.NewHRR > 0 {
 		rep.HRRBytesPerNewHRR = float64(rep.hrrBytes) / float64(rep.NewHRR)
 	}
-	rep.ClassicalByJA4 = tailRows(rep.ja4)
-	rep.ClassicalByUA = tailRows(rep.ua)
+	rep.ClassicalByJA4 = rep.ClassicalByJA4[:0]
+	for _, t := range tailRows(rep.ja4) {
+		rep.ClassicalByJA4 = append(rep.ClassicalByJA4, t.ja4Row())
+	}
+	rep.LosesPQByJA4 = rep.LosesPQByJA4[:0]
+	for _, t := range tailRows(rep.lost) {
+		group := "none"
+		if t.k.group != 0 {
+			group = tlsparse.Group(t.k.group).String()
+		}
+		rep.LosesPQByJA4 = append(rep.LosesPQByJA4, LostPQRow{JA4Row: t.ja4Row(), Lost: tlsparse.Group(t.k.lost).String(), Group: group})
+	}
+	rep.ClassicalByUA = rep.ClassicalByUA[:0]
+	for _, t := range tailRows(rep.ua) {
+		rep.ClassicalByUA = append(rep.ClassicalByUA, t.TailRow)
+	}
 }
 
-func tailRows(m map[string]*tailAcc) []TailRow {
-	rows := make([]TailRow, 0, len(m))
+// stayClassical counts the handshakes that would end in a classical group
+// and are classical today: Classical and the HRRs to a classical group.
+func (rep *Forecast) stayClassical() int {
+	return rep.Classical + rep.HRR - rep.HRRPQ - rep.LosesPQHRR
+}
+
+type tailRow struct {
+	TailRow
+	k tailKey
+}
+
+func (t tailRow) ja4Row() JA4Row {
+	return JA4Row{TailRow: t.TailRow, PQOffered: t.k.pqOffered, PQKeyShare: t.k.pqShare}
+}
+
+// tailRows returns the TailRows largest rows of m, largest first.
+func tailRows(m map[tailKey]*tailAcc) []tailRow {
+	rows := make([]tailRow, 0, len(m))
 	for k, a := range m {
 		reason, best := "", -1
 		for r, n := range a.reasons {
@@ -218,18 +343,65 @@ func tailRows(m map[string]*tailAcc) []TailRow {
 				reason, best = r, n
 			}
 		}
-		rows = append(rows, TailRow{Key: k, Count: a.n, Reason: reason})
+		rows = append(rows, tailRow{TailRow: TailRow{Key: k.key, Count: a.n, Reason: reason}, k: k})
 	}
-	slices.SortFunc(rows, func(a, b TailRow) int {
-		if c := cmp.Compare(b.Count, a.Count); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Key, b.Key)
+	slices.SortFunc(rows, func(a, b tailRow) int {
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.Key, b.Key),
+			cmpBool(a.k.pqOffered, b.k.pqOffered), cmpBool(a.k.pqShare, b.k.pqShare),
+			cmp.Compare(a.k.lost, b.k.lost), cmp.Compare(a.k.group, b.k.group))
 	})
 	if len(rows) > TailRows {
 		rows = rows[:TailRows]
 	}
 	return rows
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// PQColumn renders a JA4 row's PQ flags, what JA4 leaves out, for the text
+// tables.
+func PQColumn(offered, share bool) string {
+	switch {
+	case offered && share:
+		return "offered+share"
+	case offered:
+		return "offered, no share"
+	case share:
+		return "share, not offered"
+	}
+	return "not offered"
+}
+
+// signedBytes renders a byte change with its sign: "+544.0", "-1088.0",
+// and "0.0" for no change.
+func signedBytes(v float64) string {
+	s := fmt.Sprintf("%+.1f", v)
+	if s == "+0.0" || s == "-0.0" {
+		return "0.0"
+	}
+	return s
+}
+
+// growthLine is a text line for a mean ServerHello change: "growth" when it
+// grows (or stays), "shrink" when it gets smaller, the sign shown either way.
+func growthLine(v float64) (label, value string) {
+	value = signedBytes(v) + " bytes per handshake"
+	switch {
+	case value[0] == '-':
+		return "ServerHello shrink", value + ", smaller than today"
+	case value[0] == '0':
+		return "ServerHello growth", value + ", unchanged"
+	}
+	return "ServerHello growth", value
 }
 
 // Text renders the forecast section of the text report.
@@ -245,26 +417,55 @@ func (rep *Forecast) Text() string {
 	fmt.Fprintf(&b, "  %-22s %d (%d with a ClientHello)\n", "handshakes", rep.Handshakes, rep.Predicted)
 	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (%d of them after an HRR); today %d\n", "would be PQ", 100*rep.PQShare, rep.PQ+rep.HRRPQ, rep.HRRPQ, rep.ObservedPQ)
 	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (one extra round trip); today %d\n", "would need an HRR", 100*rep.HRRShare, rep.HRR, rep.ObservedHRR)
-	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d\n", "would stay classical", 100*rep.ClassicalShare, rep.Classical+rep.HRR-rep.HRRPQ)
-	if rep.Fail > 0 {
-		fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (no mutual group)\n", "would fail", pct(rep.Fail), rep.Fail)
-	}
+	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d\n", "would stay classical", 100*rep.ClassicalShare, rep.stayClassical())
 	for _, k := range sortedByCount(rep.ClassicalReasons) {
 		fmt.Fprintf(&b, "    %-50s %d\n", k, rep.ClassicalReasons[k])
 	}
-	fmt.Fprintf(&b, "  %-22s %+.1f bytes per handshake (%+.1f per PQ handshake; %d modelled)\n", "ServerHello growth",
-		rep.AddedServerHelloBytes, rep.AddedServerHelloBytesPQ, rep.Modeled)
+	fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (PQ today, classical under this policy", "would lose PQ", 100*rep.LosesPQShare, rep.LosesPQ)
+	if rep.LosesPQ > 0 {
+		fmt.Fprintf(&b, "; lost %s", kv(rep.LosesPQGroups))
+		if rep.LosesPQHRR > 0 {
+			fmt.Fprintf(&b, "; %d after an HRR", rep.LosesPQHRR)
+		}
+		if rep.nLossBytes > 0 {
+			fmt.Fprintf(&b, "; ServerHello %s bytes each", signedBytes(rep.AddedServerHelloBytesLosesPQ))
+			if rep.AddedServerHelloBytesLosesPQ < 0 {
+				b.WriteString(", smaller")
+			}
+		}
+	}
+	b.WriteString(")\n")
+	for _, k := range sortedByCount(rep.LosesPQReasons) {
+		fmt.Fprintf(&b, "    %-50s %d\n", k, rep.LosesPQReasons[k])
+	}
+	if rep.Fail > 0 {
+		fmt.Fprintf(&b, "  %-22s %5.1f%%  %d (no mutual group)\n", "would fail", pct(rep.Fail), rep.Fail)
+	}
+	label, value := growthLine(rep.AddedServerHelloBytes)
+	fmt.Fprintf(&b, "  %-22s %s (%s per PQ handshake; %d modelled)\n", label, value, signedBytes(rep.AddedServerHelloBytesPQ), rep.Modeled)
 	if rep.NewHRR > 0 {
-		fmt.Fprintf(&b, "  %-22s %d, ~%.0f bytes each (HRR + second ClientHello, estimated)\n", "new HRRs", rep.NewHRR, rep.HRRBytesPerNewHRR)
+		fmt.Fprintf(&b, "  %-22s %d, +%.0f bytes each (HRR + second ClientHello, estimated)\n", "new HRRs", rep.NewHRR, rep.HRRBytesPerNewHRR)
+	}
+	if len(rep.LosesPQByJA4) > 0 {
+		b.WriteString("  losing PQ by JA4\n")
+		fmt.Fprintf(&b, "    %-6s %-38s %-18s %-42s %s\n", "count", "ja4", "pq", "group today -> under the policy", "reason")
+		for i, r := range rep.LosesPQByJA4 {
+			if i == 20 {
+				fmt.Fprintf(&b, "    ... %d more\n", len(rep.LosesPQByJA4)-i)
+				break
+			}
+			fmt.Fprintf(&b, "    %-6d %-38s %-18s %-42s %s\n", r.Count, r.Key, PQColumn(r.PQOffered, r.PQKeyShare), r.Lost+" -> "+r.Group, r.Reason)
+		}
 	}
 	if len(rep.ClassicalByJA4) > 0 {
 		b.WriteString("  staying classical by JA4\n")
+		fmt.Fprintf(&b, "    %-6s %-38s %-18s %s\n", "count", "ja4", "pq", "reason")
 		for i, r := range rep.ClassicalByJA4 {
 			if i == 20 {
 				fmt.Fprintf(&b, "    ... %d more\n", len(rep.ClassicalByJA4)-i)
 				break
 			}
-			fmt.Fprintf(&b, "    %-6d %-38s %s\n", r.Count, r.Key, r.Reason)
+			fmt.Fprintf(&b, "    %-6d %-38s %-18s %s\n", r.Count, r.Key, PQColumn(r.PQOffered, r.PQKeyShare), r.Reason)
 		}
 	}
 	if len(rep.ClassicalByUA) > 0 {

@@ -40,13 +40,23 @@ func (c *sizeCounts) add(v int) {
 }
 
 // ClassicalDespitePQ groups the clients that offered a PQ group but
-// negotiated a classical one.
+// negotiated a classical one. JA4 leaves supported_groups out, so the row
+// also says whether the client offered a PQ group (always, in this table)
+// and whether it sent a key share for one.
 type ClassicalDespitePQ struct {
-	JA4    string `json:"ja4"`
-	SNI    string `json:"sni,omitempty"`
-	Server string `json:"server"`
-	Group  string `json:"group"`
-	Count  int    `json:"count"`
+	JA4        string `json:"ja4"`
+	PQOffered  bool   `json:"pq_offered"`
+	PQKeyShare bool   `json:"pq_key_share"`
+	SNI        string `json:"sni,omitempty"`
+	Server     string `json:"server"`
+	Group      string `json:"group"`
+	Count      int    `json:"count"`
+}
+
+// classicalKey is a row of the "offered PQ but negotiated classical" table.
+type classicalKey struct {
+	ja4, sni, server, group string
+	pqOffered, pqShare      bool
 }
 
 // LogStats counts one log source's lines.
@@ -97,7 +107,7 @@ type Summary struct {
 	Forecast *Forecast `json:"forecast,omitempty"`
 
 	mu        sync.Mutex // Write may be called from several goroutines
-	classical map[[4]string]int
+	classical map[classicalKey]int
 }
 
 // JoinStats summarises the access-log join.
@@ -178,7 +188,7 @@ func New(policy forecast.Policy) *Summary {
 		LogLines:     map[string]int{},
 		LogUnmatched: map[string]int{},
 		Errors:       map[string]uint64{},
-		classical:    map[[4]string]int{},
+		classical:    map[classicalKey]int{},
 	}
 }
 
@@ -268,9 +278,9 @@ func (s *Summary) add(r *record.Handshake) {
 		s.PQ++
 	} else if r.PQOffered {
 		s.PQOfferedClassical++
-		k := [4]string{r.JA4, r.SNI, r.Server, g}
+		k := classicalKey{ja4: r.JA4, sni: r.SNI, server: r.Server, group: g, pqOffered: r.PQOffered, pqShare: PQKeyShare(r)}
 		if _, ok := s.classical[k]; !ok && len(s.classical) >= maxClassicalRows {
-			k = [4]string{"(other)", "", "", ""}
+			k = classicalKey{ja4: "(other)", pqOffered: k.pqOffered, pqShare: k.pqShare}
 		}
 		s.classical[k]++
 	}
@@ -296,13 +306,12 @@ func (s *Summary) Finish() {
 	}
 	s.ClassicalClients = s.ClassicalClients[:0]
 	for k, n := range s.classical {
-		s.ClassicalClients = append(s.ClassicalClients, ClassicalDespitePQ{JA4: k[0], SNI: k[1], Server: k[2], Group: k[3], Count: n})
+		s.ClassicalClients = append(s.ClassicalClients, ClassicalDespitePQ{JA4: k.ja4, PQOffered: k.pqOffered, PQKeyShare: k.pqShare,
+			SNI: k.sni, Server: k.server, Group: k.group, Count: n})
 	}
 	slices.SortFunc(s.ClassicalClients, func(a, b ClassicalDespitePQ) int {
-		if c := cmp.Compare(b.Count, a.Count); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.JA4+a.SNI+a.Server, b.JA4+b.SNI+b.Server)
+		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.JA4+a.SNI+a.Server, b.JA4+b.SNI+b.Server),
+			cmpBool(a.PQOffered, b.PQOffered), cmpBool(a.PQKeyShare, b.PQKeyShare), cmp.Compare(a.Group, b.Group))
 	})
 }
 
@@ -412,13 +421,13 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 	if len(s.ClassicalClients) > 0 {
 		fmt.Fprintf(&b, "\noffered PQ but negotiated classical: %d\n", s.PQOfferedClassical)
-		fmt.Fprintf(&b, "  %-6s %-38s %-24s %-22s %s\n", "count", "ja4", "server", "group", "sni")
+		fmt.Fprintf(&b, "  %-6s %-38s %-18s %-24s %-22s %s\n", "count", "ja4", "pq", "server", "group", "sni")
 		for i, c := range s.ClassicalClients {
 			if i == 20 {
 				fmt.Fprintf(&b, "  ... %d more\n", len(s.ClassicalClients)-i)
 				break
 			}
-			fmt.Fprintf(&b, "  %-6d %-38s %-24s %-22s %s\n", c.Count, c.JA4, c.Server, c.Group, c.SNI)
+			fmt.Fprintf(&b, "  %-6d %-38s %-18s %-24s %-22s %s\n", c.Count, c.JA4, PQColumn(c.PQOffered, c.PQKeyShare), c.Server, c.Group, c.SNI)
 		}
 	}
 	if len(s.Failures) > 0 {
