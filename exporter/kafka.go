@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	metadataAPI "github.com/segmentio/kafka-go/protocol/metadata"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -76,16 +77,39 @@ type KafkaConfig struct {
 	TLS  *tls.Config // nil: plaintext
 	SASL *SASLConfig // nil: no authentication
 
+	// DisableTopicCreation makes a missing topic an error (reason
+	// unknown_topic). By default the sink asks the brokers to create it
+	// (a metadata request that allows auto-creation, as librdkafka and
+	// Beats producers send); the brokers' auto.create.topics.enable and
+	// ACLs still decide, and the topic gets their default partition count
+	// and replication factor.
+	DisableTopicCreation bool
+	// StartTimeout, when positive, makes NewKafka check the cluster first
+	// (the topics exist or are created, the brokers accept the login) for
+	// at most this long. An answer that no retry can fix is NewKafka's
+	// error (a *KafkaError); an unreachable cluster is only logged and
+	// delivery starts anyway. Zero: NewKafka does not contact the brokers,
+	// the delivery goroutine checks first.
+	StartTimeout time.Duration
+	// RecheckInterval is how often the cluster is checked again after an
+	// error that needs a change on the brokers (a missing topic, denied
+	// access), default 30s: records stay queued meanwhile.
+	RecheckInterval time.Duration
+
 	// MemoryBytes caps the in-memory queue of undelivered messages, default
 	// 64 MiB.
 	MemoryBytes int64
 	// SpoolDir, when set, enables the disk spool: messages that do not fit
 	// in memory are appended to segment files there, up to SpoolBytes
-	// (default 1 GiB) in segments of SpoolSegmentBytes (default 4 MiB).
-	// Spooled messages left at shutdown are delivered after a restart.
+	// (default 1 GiB) in segments of SpoolSegmentBytes (default 4 MiB),
+	// and messages in memory that are not acknowledged within SpoolAfter
+	// (default 500ms) are written there too, so that a killed process
+	// loses only about the last second. Acknowledged messages are marked
+	// in the spool; the rest is delivered after a restart.
 	SpoolDir          string
 	SpoolBytes        int64
 	SpoolSegmentBytes int64
+	SpoolAfter        time.Duration
 
 	RetryBackoffMin time.Duration // default 100ms
 	RetryBackoffMax time.Duration // default 5s
@@ -116,6 +140,10 @@ type KafkaStats struct {
 	Dropped   uint64 // lost: no room, too large, or undeliverable at Close
 	Queued    int    // in memory now
 	SpoolSize int64  // unread spool bytes now
+	// WrittenAhead counts messages written to the spool while also in
+	// memory, because they waited longer than SpoolAfter.
+	WrittenAhead uint64
+	Up           bool // the last produce or cluster check succeeded
 }
 
 // Kafka is a record.Sink that produces each record as a JSON message.
@@ -134,19 +162,33 @@ type KafkaStats struct {
 // Delivery is at least once: when a broker dies after appending a batch but
 // before its acknowledgement arrives, the retry duplicates that batch
 // (kafka-go has no idempotent producer).
+//
+// Before the first batch, and after a failed one, the delivery goroutine
+// checks the cluster (a metadata request for the topics, which asks the
+// brokers to create a missing one unless DisableTopicCreation). Failures
+// are classified (KafkaErrorReasons), counted and logged once per episode;
+// those that need a change on the brokers (a missing topic, denied access,
+// a refused login or certificate) are rechecked every RecheckInterval
+// rather than retried, and Close does not wait for them.
 type Kafka struct {
 	cfg    KafkaConfig
 	w      *kafka.Writer
+	tr     *kafka.Transport
 	q      *queue
 	log    *slog.Logger
 	m      *Metrics
 	rollup *report.Rollup
+	topics []string // checked at start and after failures
+
+	health kafkaHealth
+	st     deliveryState // the delivery goroutine's
 
 	closed  atomic.Bool
 	closing chan struct{}
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	dwg     sync.WaitGroup // the delivery goroutine
+	wg      sync.WaitGroup // rollups and the write-ahead
 	once    sync.Once
 
 	enqueued, delivered, failed, spooled, dropped atomic.Uint64
@@ -155,8 +197,8 @@ type Kafka struct {
 }
 
 // NewKafka validates cfg, opens the spool if configured and starts delivery.
-// It does not contact the brokers: an unreachable cluster only delays
-// delivery.
+// Unless cfg.StartTimeout is set it does not contact the brokers: an
+// unreachable cluster only delays delivery.
 func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 	if len(cfg.Brokers) == 0 {
 		return nil, fmt.Errorf("%w: no kafka brokers", ErrConfig)
@@ -176,6 +218,8 @@ func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 	setDefault(&cfg.RetryBackoffMin, 100*time.Millisecond)
 	setDefault(&cfg.RetryBackoffMax, 5*time.Second)
 	setDefault(&cfg.MetadataTTL, 5*time.Second)
+	setDefault(&cfg.RecheckInterval, 30*time.Second)
+	setDefault(&cfg.SpoolAfter, 500*time.Millisecond)
 	setDefault(&cfg.RollupInterval, time.Minute)
 	setDefault(&cfg.RollupMaxServers, 1024)
 	if cfg.Logger == nil {
@@ -242,43 +286,124 @@ func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 	if cfg.Key == KeyNone {
 		balancer = &kafka.RoundRobin{}
 	}
+	tr := &kafka.Transport{
+		ClientID:    cfg.ClientID,
+		TLS:         cfg.TLS,
+		SASL:        mech,
+		DialTimeout: 5 * time.Second,
+		MetadataTTL: cfg.MetadataTTL,
+	}
 	k := &Kafka{
 		cfg: cfg,
+		tr:  tr,
 		w: &kafka.Writer{
-			Addr:         kafka.TCP(cfg.Brokers...),
-			Balancer:     balancer,
-			MaxAttempts:  3,
-			BatchSize:    cfg.BatchSize,
-			BatchBytes:   cfg.BatchBytes,
-			BatchTimeout: cfg.BatchTimeout,
-			WriteTimeout: cfg.WriteTimeout,
-			ReadTimeout:  cfg.WriteTimeout,
-			RequiredAcks: acks,
-			Compression:  codec,
-			Transport: &kafka.Transport{
-				ClientID:    cfg.ClientID,
-				TLS:         cfg.TLS,
-				SASL:        mech,
-				DialTimeout: 5 * time.Second,
-				MetadataTTL: cfg.MetadataTTL,
-			},
+			Addr:                   kafka.TCP(cfg.Brokers...),
+			Balancer:               balancer,
+			MaxAttempts:            3,
+			BatchSize:              cfg.BatchSize,
+			BatchBytes:             cfg.BatchBytes,
+			BatchTimeout:           cfg.BatchTimeout,
+			WriteTimeout:           cfg.WriteTimeout,
+			ReadTimeout:            cfg.WriteTimeout,
+			RequiredAcks:           acks,
+			Compression:            codec,
+			AllowAutoTopicCreation: !cfg.DisableTopicCreation,
+			Transport:              tr,
 		},
 		q:       newQueue(cfg.MemoryBytes, sp),
 		log:     cfg.Logger,
 		m:       cfg.Metrics,
+		topics:  []string{cfg.Topic},
 		closing: make(chan struct{}),
+	}
+	if cfg.RollupTopic != "" && cfg.RollupTopic != cfg.Topic {
+		k.topics = append(k.topics, cfg.RollupTopic)
 	}
 	k.scratch.New = func() any { b := make([]byte, 0, 2048); return &b }
 	k.ctx, k.cancel = context.WithCancel(context.Background())
+	checked := false
+	if cfg.StartTimeout > 0 {
+		ctx, cancel := context.WithTimeout(k.ctx, cfg.StartTimeout)
+		err := k.check(ctx)
+		cancel()
+		if err != nil {
+			e := k.classify(err, "", true)
+			if e.Permanent {
+				k.cancel()
+				tr.CloseIdleConnections()
+				if sp != nil {
+					_ = sp.close()
+				}
+				return nil, e
+			}
+			k.failure(e, true)
+		} else {
+			checked = true
+			k.success(true)
+		}
+	}
 	if cfg.RollupTopic != "" {
 		now := time.Now()
 		k.rollup = report.NewRollup(now.Truncate(cfg.RollupInterval), cfg.RollupMaxServers)
 		k.wg.Add(1)
 		go k.rollupLoop()
 	}
-	k.wg.Add(1)
-	go k.deliver()
+	if sp != nil {
+		k.wg.Add(1)
+		go k.writeAheadLoop()
+	}
+	k.dwg.Add(1)
+	go k.deliver(checked)
 	return k, nil
+}
+
+// check asks the cluster for the topics' metadata, which creates missing
+// ones when allowed. A topic that does not exist afterwards is an error.
+func (k *Kafka) check(ctx context.Context) error {
+	r, err := k.tr.RoundTrip(ctx, k.w.Addr, &metadataAPI.Request{
+		TopicNames:             k.topics,
+		AllowAutoTopicCreation: !k.cfg.DisableTopicCreation,
+	})
+	if err != nil {
+		return err
+	}
+	resp, ok := r.(*metadataAPI.Response)
+	if !ok {
+		return fmt.Errorf("exporter: kafka: metadata response %T", r)
+	}
+	for _, name := range k.topics {
+		var err error = kafka.UnknownTopicOrPartition
+		for _, t := range resp.Topics {
+			if t.Name == name {
+				if t.ErrorCode != 0 {
+					err = kafka.Error(t.ErrorCode)
+				} else if len(t.Partitions) > 0 {
+					err = nil
+				}
+				break
+			}
+		}
+		if err != nil {
+			return k.classify(err, name, true)
+		}
+	}
+	return nil
+}
+
+// writeAheadLoop writes messages that have waited longer than SpoolAfter
+// to the spool, every half SpoolAfter, until delivery has stopped.
+func (k *Kafka) writeAheadLoop() {
+	defer k.wg.Done()
+	t := time.NewTicker(k.cfg.SpoolAfter / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			k.q.writeAhead(k.q.now()-k.cfg.SpoolAfter, 1<<20)
+		case <-k.ctx.Done():
+			return
+		}
+	}
 }
 
 func setDefault[T comparable](p *T, v T) {
@@ -379,13 +504,38 @@ func appendClientNetwork(dst []byte, h *record.Handshake) []byte {
 	return b
 }
 
-// deliver is the single delivery goroutine.
-func (k *Kafka) deliver() {
-	defer k.wg.Done()
+// deliver is the single delivery goroutine. checked: NewKafka's check
+// passed.
+func (k *Kafka) deliver(checked bool) {
+	defer k.dwg.Done()
 	backoff := k.cfg.RetryBackoffMin
 	batch := make([]qmsg, 0, k.cfg.BatchSize)
 	msgs := make([]kafka.Message, 0, k.cfg.BatchSize)
 	header := []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaVersion)}}
+	needCheck := !checked
+	oneByOne := 0 // after a batch too large for the topic: messages to send one at a time
+	// wait sleeps d; false: stop delivering (Close's deadline, or Close
+	// while delivery is stopped by an error that needs a change on the
+	// brokers).
+	wait := func(d time.Duration, permanent bool) bool {
+		closing := k.closing
+		if k.closed.Load() {
+			if permanent {
+				return false
+			}
+			closing = nil
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-closing:
+			return !permanent
+		case <-k.ctx.Done():
+			return false
+		}
+	}
 	for {
 		if err := k.q.takeSpoolErr(); err != nil {
 			k.log.Warn("kafka spool", "err", err)
@@ -394,10 +544,38 @@ func (k *Kafka) deliver() {
 			k.dropped.Add(uint64(n))
 			k.m.KafkaMessages(KafkaDropped, n)
 		}
+		if needCheck {
+			ctx, cancel := context.WithTimeout(k.ctx, k.cfg.WriteTimeout)
+			err := k.check(ctx)
+			cancel()
+			if k.ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				e := k.classify(err, "", true)
+				k.failure(e, true)
+				d := backoff
+				if e.Permanent {
+					d = k.cfg.RecheckInterval
+				}
+				if !wait(d, e.Permanent) {
+					return
+				}
+				backoff = min(backoff*2, k.cfg.RetryBackoffMax)
+				continue
+			}
+			needCheck = false
+			k.success(true)
+		}
 		// A batch never exceeds what kafka-go sends as one produce batch per
 		// partition, so each partition's share succeeds or fails as a whole
 		// and a retry cannot reorder messages of one key.
-		batch = k.q.peek(batch[:0], k.cfg.BatchSize, k.cfg.BatchBytes/2)
+		n := k.cfg.BatchSize
+		if oneByOne > 0 {
+			n = 1
+			oneByOne--
+		}
+		batch = k.q.peek(batch[:0], n, k.cfg.BatchBytes/2)
 		if len(batch) == 0 {
 			select {
 			case <-k.q.notify:
@@ -420,57 +598,83 @@ func (k *Kafka) deliver() {
 			k.q.ack(len(batch), nil)
 			k.delivered.Add(uint64(len(batch)))
 			k.m.KafkaMessages(KafkaDelivered, len(batch))
+			k.success(false)
 			backoff = k.cfg.RetryBackoffMin
 			continue
 		}
 		if k.ctx.Err() != nil {
 			return
 		}
-		failed := make([]bool, len(batch))
-		nFailed := len(batch)
+		errs := make([]error, len(batch))
 		var werr kafka.WriteErrors
 		if errors.As(err, &werr) && len(werr) == len(batch) {
-			nFailed = 0
-			for i, e := range werr {
-				if e != nil {
-					failed[i] = true
-					nFailed++
-				}
-			}
+			copy(errs, werr)
 		} else {
-			for i := range failed {
-				failed[i] = true
+			for i := range errs {
+				errs[i] = err
 			}
 		}
-		if ok := len(batch) - nFailed; ok > 0 {
+		failed := make([]bool, len(batch))
+		var first *KafkaError
+		ok, nFailed, tooLarge := 0, 0, 0
+		for i, e := range errs {
+			if e == nil {
+				ok++
+				continue
+			}
+			ke := k.classify(e, batch[i].topic, false)
+			if ke.Reason == KafkaErrMessageTooLarge {
+				if len(batch) == 1 {
+					tooLarge++ // removed from the queue below, as dropped
+					if !k.st.tooLarge {
+						k.st.tooLarge = true
+						k.log.Error("kafka: "+ke.what(), "reason", ke.Reason, "bytes", len(batch[i].value), "err", ke.Err, "fix", ke.Fix,
+							"note", "further ones are counted in pqwatch_kafka_errors_total{reason=\"message_too_large\"} only")
+					}
+					continue
+				}
+				// The batch was too large: send its messages one by one.
+				oneByOne = max(oneByOne, len(batch))
+				failed[i] = true
+				nFailed++
+				continue
+			}
+			failed[i] = true
+			nFailed++
+			if first == nil {
+				first = ke
+			}
+		}
+		if ok > 0 {
 			k.delivered.Add(uint64(ok))
 			k.m.KafkaMessages(KafkaDelivered, ok)
 		}
+		if tooLarge > 0 {
+			k.health.errs[kafkaReasonIndex(KafkaErrMessageTooLarge)].Add(uint64(tooLarge))
+			k.dropped.Add(uint64(tooLarge))
+			k.m.KafkaMessages(KafkaDropped, tooLarge)
+		}
 		k.q.ack(len(batch), failed)
+		if first == nil {
+			// Only records too large: dropped, or to be sent one by one.
+			if ok > 0 {
+				k.success(false)
+			}
+			continue
+		}
 		k.failed.Add(uint64(nFailed))
 		k.m.KafkaMessages(KafkaFailed, nFailed)
-		k.log.Warn("kafka delivery failed, will retry", "messages", nFailed, "backoff", backoff, "err", firstError(err))
-		select {
-		case <-time.After(backoff):
-		case <-k.ctx.Done():
+		k.failure(first, false)
+		needCheck = true
+		d := backoff
+		if first.Permanent {
+			d = k.cfg.RecheckInterval
+		}
+		if !wait(d, first.Permanent) {
 			return
 		}
 		backoff = min(backoff*2, k.cfg.RetryBackoffMax)
 	}
-}
-
-// firstError reduces kafka.WriteErrors, one error per message, to its first
-// non-nil error.
-func firstError(err error) error {
-	var werr kafka.WriteErrors
-	if errors.As(err, &werr) {
-		for _, e := range werr {
-			if e != nil {
-				return fmt.Errorf("%d/%d messages failed, first: %w", werr.Count(), len(werr), e)
-			}
-		}
-	}
-	return err
 }
 
 // rollupLoop emits the rollup rows at every interval boundary.
@@ -512,16 +716,21 @@ func (k *Kafka) Stats() KafkaStats {
 		Dropped:   k.dropped.Load(),
 		Queued:    n,
 		SpoolSize: sb,
+
+		WrittenAhead: k.q.writtenAheadCount(),
+		Up:           k.health.up.Load(),
 	}
 }
 
 // Close stops accepting records, emits the last partial rollup window and
-// delivers what is queued until ctx is done. Then, whatever is still in
-// memory goes to the spool when one is configured (and is delivered after a
-// restart) or is counted as dropped. Closing the kafka.Writer, which can hang
-// while brokers are down, is also bounded by ctx. Close returns an error
-// wrapping ctx.Err() when messages were left undelivered, and ErrClosed when
-// called again.
+// delivers what is queued until ctx is done, or at once when delivery is
+// stopped by an error that needs a change on the brokers. It logs what it
+// waits for and how long. Then, whatever is still in memory goes to the
+// spool when one is configured (and is delivered after a restart) or is
+// counted as dropped. Closing the kafka.Writer, which can hang while
+// brokers are down, is also bounded by ctx. Close returns an error wrapping
+// ctx's cause (or the delivery error) when messages were left undelivered,
+// and ErrClosed when called again.
 func (k *Kafka) Close(ctx context.Context) error {
 	first := false
 	k.once.Do(func() { first = true })
@@ -535,28 +744,65 @@ func (k *Kafka) Close(ctx context.Context) error {
 	close(k.closing)
 	k.q.signal()
 
+	queued, unread := k.q.depth()
+	before := k.delivered.Load()
+	then := "dropped"
+	if k.cfg.SpoolDir != "" {
+		then = "kept in the spool for the next start"
+	}
+	if queued > 0 || unread > 0 {
+		attrs := []any{"queued", queued, "spool_unread_bytes", unread, "then", then}
+		if dl, ok := ctx.Deadline(); ok {
+			attrs = append(attrs, "deadline", time.Until(dl).Round(100*time.Millisecond).String())
+		}
+		if e := k.health.permanent.Load(); e != nil {
+			k.log.Warn("kafka: not waiting to deliver: "+e.what(), append(attrs, "reason", e.Reason)...)
+		} else {
+			k.log.Info("kafka: delivering queued records before stopping", attrs...)
+		}
+	}
+
 	done := make(chan struct{})
 	go func() {
-		k.wg.Wait()
+		k.dwg.Wait()
 		close(done)
 	}()
 	var errs []error
+	cause := error(nil)
 	select {
 	case <-done:
 	case <-ctx.Done():
 		k.cancel() // aborts the in-flight WriteMessages
 		<-done
+		cause = context.Cause(ctx)
+	}
+	if cause == nil {
+		if e := k.health.permanent.Load(); e != nil {
+			cause = e
+		}
 	}
 	k.cancel()
+	k.wg.Wait()
 
-	lost, err := k.q.close()
+	lost, kept, unread, err := k.q.close()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	if lost > 0 {
 		k.dropped.Add(uint64(lost))
 		k.m.KafkaMessages(KafkaDropped, lost)
-		errs = append(errs, fmt.Errorf("exporter: kafka close: %d messages undelivered: %w", lost, context.Cause(ctx)))
+		if cause == nil {
+			cause = ErrDropped
+		}
+		errs = append(errs, fmt.Errorf("exporter: kafka close: %d messages undelivered: %w", lost, cause))
+	}
+	if queued > 0 || unread > 0 || lost > 0 {
+		lvl := slog.LevelInfo
+		if lost > 0 {
+			lvl = slog.LevelWarn
+		}
+		k.log.Log(context.Background(), lvl, "kafka: stopped", "delivered_while_stopping", k.delivered.Load()-before,
+			"kept_in_spool", kept, "spool_unread_bytes", unread, "lost", lost)
 	}
 
 	wclosed := make(chan error, 1)
@@ -569,6 +815,7 @@ func (k *Kafka) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("exporter: kafka close writer: %w", context.Cause(ctx)))
 	}
+	k.tr.CloseIdleConnections()
 	return errors.Join(errs...)
 }
 

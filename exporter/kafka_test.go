@@ -409,7 +409,9 @@ func TestKafkaSpoolRestart(t *testing.T) {
 }
 
 // TestKafkaSpoolOverflow: beyond memory and spool, records are dropped and
-// counted, at Write and at Close; what was spooled is delivered.
+// counted at Write: the newest. Memory is written to the spool before the
+// first overflow (the spool keeps arrival order), so at Close nothing more
+// is lost, and after a restart the 20 oldest records are delivered.
 func TestKafkaSpoolOverflow(t *testing.T) {
 	addr, start := deadBroker(t, testTopic)
 	cfg := spoolConfig(t, addr)
@@ -420,20 +422,22 @@ func TestKafkaSpoolOverflow(t *testing.T) {
 	dropped := 0
 	for i := range 30 {
 		if err := k.Write(seqRecord(i)); errors.Is(err, ErrDropped) {
+			if i < 20 {
+				t.Errorf("record %d dropped with room in the spool", i)
+			}
 			dropped++
 		} else if err != nil {
 			t.Fatal(err)
 		}
 	}
-	if st := k.Stats(); st.Spooled != 20 || dropped != 5 || st.Dropped != 5 {
-		t.Fatalf("stats %+v, %d dropped at Write; want 20 spooled, 5 dropped", st, dropped)
+	if st := k.Stats(); st.Spooled != 15 || st.WrittenAhead != 5 || dropped != 10 || st.Dropped != 10 {
+		t.Fatalf("stats %+v, %d dropped at Write; want 5 in memory written ahead, 15 spooled, 10 dropped", st, dropped)
 	}
-	// The spool is full: the 5 records in memory cannot be kept.
-	if err := closeShort(t, k); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("close: %v, want DeadlineExceeded", err)
+	if err := closeShort(t, k); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("close: %v", err) // closing the writer may hit the deadline
 	}
 	if st := k.Stats(); st.Dropped != 10 {
-		t.Errorf("stats %+v, want 10 dropped", st)
+		t.Errorf("stats %+v, want still 10 dropped", st)
 	}
 	c := start()
 	k2, err := NewKafka(cfg)
@@ -446,11 +450,7 @@ func TestKafkaSpoolOverflow(t *testing.T) {
 	if err := k2.Close(ctx); err != nil {
 		t.Error(err)
 	}
-	got := readAll(t, c.ListenAddrs()[0], testTopic, 20, 10*time.Second)
-	for i := range got {
-		got[i].seq -= 5 // records 5..24 were spooled
-	}
-	checkExactlyOnceInOrder(t, got, 20)
+	checkExactlyOnceInOrder(t, readAll(t, c.ListenAddrs()[0], testTopic, 20, 10*time.Second), 20)
 }
 
 func TestKafkaCloseDeadlineBrokerDown(t *testing.T) {

@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"sync"
+	"time"
 )
 
 // qmsg is one message waiting for delivery. key and value may share one
@@ -10,6 +11,8 @@ type qmsg struct {
 	topic string
 	key   []byte
 	value []byte
+	at    time.Duration // when it was queued, on the queue's monotonic clock
+	loc   spoolLoc      // where the spool holds it too (loc.n == 0: nowhere)
 }
 
 func (m *qmsg) size() int64 { return int64(len(m.topic) + len(m.key) + len(m.value) + 64) }
@@ -24,24 +27,39 @@ const (
 )
 
 // queue is the bounded FIFO between Write and the delivery goroutine: a
-// memory part capped by bytes, continued by an optional disk spool. All of
-// the memory part is older than all of the spool, so delivery order is
-// arrival order.
+// memory part capped by bytes, continued by an optional disk spool.
+//
+// With a spool, the spool is also the memory part's write-ahead log:
+// writeAhead writes messages that have waited longer than a given age, so
+// a killed process loses only the youngest. The messages written are
+// always the oldest (items[head:head+written]); a message goes to the
+// spool only (overflow) after everything in memory is written, and it is
+// read back into memory after everything older. So the spool holds the
+// messages in arrival order, and delivery order is arrival order. An
+// acknowledged message that the spool holds is marked there (and never
+// read back after a restart).
 type queue struct {
 	mu       sync.Mutex
 	items    []qmsg // items[head:] are queued
 	head     int
+	written  int // items[head:head+written] are in the spool too
 	bytes    int64
 	maxBytes int64
 	spool    *spool
 	spoolErr error // last spool I/O error, for the delivery loop to log
 	notify   chan struct{}
 	closed   bool
+	start    time.Time // the monotonic clock's zero
+
+	writtenAhead uint64     // messages written ahead (in memory and spool)
+	ackLocs      []spoolLoc // scratch for ack
 }
 
 func newQueue(maxBytes int64, sp *spool) *queue {
-	return &queue{maxBytes: maxBytes, spool: sp, notify: make(chan struct{}, 1)}
+	return &queue{maxBytes: maxBytes, spool: sp, notify: make(chan struct{}, 1), start: time.Now()}
 }
+
+func (q *queue) now() time.Duration { return time.Since(q.start) }
 
 func (q *queue) signal() {
 	select {
@@ -50,14 +68,15 @@ func (q *queue) signal() {
 	}
 }
 
-// push appends m, to memory while the spool is empty and memory has room,
-// else to the spool, else nowhere.
+// push appends m, to memory while the spool has nothing unread and memory
+// has room, else to the spool, else nowhere.
 func (q *queue) push(m qmsg) pushResult {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return pushClosed
 	}
+	m.at, m.loc = q.now(), spoolLoc{}
 	sz := m.size()
 	if (q.spool == nil || q.spool.empty()) && q.bytes+sz <= q.maxBytes {
 		q.items = append(q.items, m)
@@ -66,16 +85,91 @@ func (q *queue) push(m qmsg) pushResult {
 		return pushMemory
 	}
 	if q.spool != nil {
-		ok, err := q.spool.append(&m)
-		if err != nil {
-			q.spoolErr = err
-		}
-		if ok {
-			q.signal()
-			return pushSpooled
+		// The spool keeps arrival order: what memory holds goes first.
+		q.writeAheadLocked(q.now(), -1)
+		if q.head+q.written == len(q.items) {
+			ok, err := q.spool.append(&m)
+			if err != nil {
+				q.spoolErr = err
+			}
+			if ok {
+				q.signal()
+				return pushSpooled
+			}
 		}
 	}
 	return pushDropped
+}
+
+// writeAhead writes the messages queued at or before cutoff (on q.now's
+// clock) that the spool does not hold yet, in chunks of about chunk bytes
+// with the lock released between them, and flushes them to the file. It
+// returns how many it wrote.
+func (q *queue) writeAhead(cutoff time.Duration, chunk int64) int {
+	if q.spool == nil {
+		return 0
+	}
+	total := 0
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return total
+		}
+		n, more := q.writeAheadLocked(cutoff, chunk)
+		if err := q.spool.flush(); err != nil {
+			q.spoolErr = err
+		}
+		q.mu.Unlock()
+		total += n
+		if !more {
+			return total
+		}
+	}
+}
+
+// writeAheadLocked writes unwritten messages queued at or before cutoff,
+// oldest first, about chunk bytes (chunk < 0: no limit). more reports that
+// the chunk ended before the messages did. It is called with q.mu held.
+func (q *queue) writeAheadLocked(cutoff time.Duration, chunk int64) (n int, more bool) {
+	var size int64
+	for i := q.head + q.written; i < len(q.items); i++ {
+		m := &q.items[i]
+		if m.at > cutoff {
+			return n, false
+		}
+		if chunk >= 0 && size >= chunk {
+			return n, true
+		}
+		loc, ok, err := q.spool.appendLoaded(m)
+		if err != nil {
+			q.spoolErr = err
+		}
+		if !ok {
+			return n, false // full: the rest stays in memory only
+		}
+		m.loc = loc
+		q.written++
+		q.writtenAhead++
+		size += loc.n
+		n++
+	}
+	return n, false
+}
+
+// flushSpool writes buffered spool frames (overflow) to the file.
+func (q *queue) flushSpool() {
+	if q.spool == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if err := q.spool.flush(); err != nil {
+		q.spoolErr = err
+	}
 }
 
 // refill moves spooled messages into memory while memory has room. It is
@@ -93,8 +187,10 @@ func (q *queue) refill() {
 		if !ok {
 			return
 		}
+		m.at = q.now()
 		q.items = append(q.items, m)
 		q.bytes += m.size()
+		q.written++ // every message in memory is written while the spool has unread ones
 	}
 }
 
@@ -116,11 +212,19 @@ func (q *queue) peek(dst []qmsg, n int, maxBytes int64) []qmsg {
 }
 
 // ack removes the first n messages except those with failed[i] set, which
-// stay at the head in their order. failed may be nil (all succeeded).
+// stay at the head in their order. failed may be nil (all succeeded). The
+// removed messages that the spool holds are marked acknowledged there.
 func (q *queue) ack(n int, failed []bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	win := q.items[q.head : q.head+n]
+	q.ackLocs = q.ackLocs[:0]
+	for i := range win {
+		if (failed == nil || !failed[i]) && win[i].loc.n > 0 {
+			q.ackLocs = append(q.ackLocs, win[i].loc)
+			q.written--
+		}
+	}
 	// Move kept messages to the end of the window, preserving order.
 	w := n
 	for i := n - 1; i >= 0; i-- {
@@ -140,6 +244,11 @@ func (q *queue) ack(n int, failed []bool) {
 		clear(q.items[k:])
 		q.items, q.head = q.items[:k], 0
 	}
+	if len(q.ackLocs) > 0 && q.spool != nil && !q.closed {
+		if err := q.spool.markAcked(q.ackLocs); err != nil {
+			q.spoolErr = err
+		}
+	}
 }
 
 // depth reports the queued messages in memory and the unread spool bytes.
@@ -147,8 +256,8 @@ func (q *queue) depth() (int, int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var sb int64
-	if q.spool != nil {
-		sb = q.spool.unread()
+	if q.spool != nil && !q.closed {
+		sb = q.spool.unread
 	}
 	return len(q.items) - q.head, sb
 }
@@ -156,6 +265,13 @@ func (q *queue) depth() (int, int64) {
 func (q *queue) empty() bool {
 	n, sb := q.depth()
 	return n == 0 && sb == 0
+}
+
+// writtenAheadCount reports how many messages were written ahead.
+func (q *queue) writtenAheadCount() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.writtenAhead
 }
 
 // takeSpoolErr returns and clears the last spool error.
@@ -167,23 +283,29 @@ func (q *queue) takeSpoolErr() error {
 	return err
 }
 
-// close persists what is left in memory to the spool, if any, and closes it.
-// It returns how many messages were lost.
-func (q *queue) close() (lost int, err error) {
+// close writes what memory holds and the spool does not to the spool, if
+// any, and closes it. It returns how many messages were lost, how many of
+// memory's the spool keeps for the next run, and the spool's unread bytes
+// (overflow, also kept).
+func (q *queue) close() (lost, kept int, unread int64, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		return 0, 0, 0, nil
+	}
 	q.closed = true
-	left := q.items[q.head:]
-	lost = len(left)
+	lost = len(q.items) - q.head
 	if q.spool != nil {
-		var n int
-		n, err = q.spool.closeWith(left)
-		lost -= n
+		q.writeAheadLocked(q.now(), -1)
+		kept = q.written
+		lost -= q.written
+		unread = q.spool.unread
+		err = q.spool.close()
 		lost += q.spool.corrupt
 		q.spool.corrupt = 0
 	}
-	q.items, q.head, q.bytes = nil, 0, 0
-	return lost, err
+	q.items, q.head, q.bytes, q.written = nil, 0, 0, 0
+	return lost, kept, unread, err
 }
 
 // takeCorrupt returns and clears the count of spooled messages lost to

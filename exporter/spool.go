@@ -2,6 +2,7 @@ package exporter
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -15,14 +16,29 @@ import (
 )
 
 // A spool is a FIFO of messages on disk: append-only segment files named
-// by a decimal sequence number with a ".seg" suffix, read from the oldest.
-// A segment is removed once it has been read to its end. Its size on disk is
-// capped; a message that does not fit is refused. On close, messages still in
-// memory are written in front of the spool and the read prefix of the oldest
-// segment is cut off, so that a restart resumes where delivery stopped.
+// by a decimal sequence number with a ".seg" suffix, read from the oldest,
+// each with an append-only ".ack" file beside it that marks the frames the
+// broker acknowledged. A segment is removed once every frame in it is
+// acknowledged; after a restart the marked frames are skipped, so nothing
+// the spool knows was delivered is delivered again. Its size on disk is
+// capped; a message that does not fit is refused.
+//
+// A frame is written for two reasons. A message that did not fit in memory
+// goes to the spool only (append: "unread", read back by next). A message
+// in memory that waited too long for its acknowledgement is written ahead
+// (appendLoaded), so that a killed process loses only the youngest
+// messages; the queue keeps it in memory and marks it when it is acked.
+// The queue writes frames in arrival order, so the segments replay in the
+// order the messages came.
 //
 // Frame layout: uint32 payload length, uint32 CRC-32C of the payload, then
 // the payload: uint8 topic length, topic, uint16 key length, key, value.
+// Ack record: uint64 offset, uint64 length of a run of acknowledged frames.
+//
+// Frames reach the page cache within the queue's flush interval and ack
+// records at once, which is what a SIGKILL or an OOM kill leaves behind;
+// the spool is synced to disk only when it is closed (a power loss may lose
+// more).
 //
 // A spool is not safe for concurrent use; the queue serialises access.
 type spool struct {
@@ -30,28 +46,53 @@ type spool struct {
 	maxBytes int64
 	segBytes int64
 
-	segs  []int64 // sequence numbers on disk, oldest first
-	sizes map[int64]int64
-	total int64 // bytes on disk, buffered writes included
+	segs    []int64 // sequence numbers on disk, oldest first
+	seg     map[int64]*segment
+	total   int64 // bytes on disk, buffered writes included
+	nextSeq int64 // the sequence number of the next segment
 
 	w      *os.File
 	bw     *bufio.Writer
 	wSeq   int64
 	wBytes int64
+	dirty  bool // bw holds frames not yet written to the file
 
-	r    *os.File
-	br   *bufio.Reader
-	rSeq int64
-	rOff int64
+	// The read cursor: the oldest frame not handed out yet. It is only
+	// meaningful while unread > 0.
+	r      *os.File
+	br     *bufio.Reader
+	rSeq   int64
+	rOff   int64
+	unread int64 // bytes of frames not handed out
 
 	corrupt int // frames or tails lost to corruption (counted as dropped)
 	hdr     [8]byte
+	ackBuf  []byte
+}
+
+// segment is what the spool knows of one segment file.
+type segment struct {
+	size  int64    // bytes of frames (on disk or buffered)
+	acked int64    // bytes of acknowledged frames
+	marks *os.File // its ack file, opened on the first acknowledgement
+	skip  []span   // frames acknowledged in an earlier run, sorted: the reader skips them
+}
+
+// span is a byte range of a segment.
+type span struct{ off, n int64 }
+
+// spoolLoc is where a message is in the spool; n == 0: nowhere.
+type spoolLoc struct {
+	seq, off int64
+	n        int64
 }
 
 const (
 	segSuffix     = ".seg"
-	firstSeq      = int64(1) << 40 // leaves room to prepend segments below
+	ackSuffix     = ".ack"
+	firstSeq      = int64(1) << 40 // earlier versions prepended segments below it
 	maxFrameBytes = 16 << 20
+	ackRecordSize = 16
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -60,7 +101,7 @@ func openSpool(dir string, maxBytes, segBytes int64) (*spool, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("exporter: spool: %w", err)
 	}
-	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, sizes: map[int64]int64{}, wSeq: -1, rSeq: -1}
+	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, seg: map[int64]*segment{}, wSeq: -1, rSeq: -1, nextSeq: firstSeq}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("exporter: spool: %w", err)
@@ -71,55 +112,129 @@ func openSpool(dir string, maxBytes, segBytes int64) (*spool, error) {
 			continue
 		}
 		seq, err := strconv.ParseInt(strings.TrimSuffix(name, segSuffix), 10, 64)
-		if err != nil {
+		if err != nil || seq <= 0 {
 			continue
 		}
 		fi, err := e.Info()
 		if err != nil {
 			return nil, fmt.Errorf("exporter: spool: %w", err)
 		}
+		sg := &segment{size: fi.Size()}
+		if sg.skip, err = readMarks(s.ackPath(seq), sg.size); err != nil {
+			return nil, err
+		}
+		for _, sp := range sg.skip {
+			sg.acked += sp.n
+		}
 		s.segs = append(s.segs, seq)
-		s.sizes[seq] = fi.Size()
-		s.total += fi.Size()
+		s.seg[seq] = sg
+		s.total += sg.size
+		s.unread += sg.size - sg.acked
+		s.nextSeq = max(s.nextSeq, seq+1)
 	}
 	slices.Sort(s.segs)
+	// Ack files without their segment are leftovers of a removal cut short.
+	for _, e := range entries {
+		name := e.Name()
+		if seq, err := strconv.ParseInt(strings.TrimSuffix(name, ackSuffix), 10, 64); err == nil && strings.HasSuffix(name, ackSuffix) && s.seg[seq] == nil {
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+	}
+	for _, seq := range slices.Clone(s.segs) {
+		if err := s.dropIfDone(seq); err != nil {
+			return nil, err
+		}
+	}
+	if len(s.segs) > 0 {
+		s.rSeq, s.rOff = s.segs[0], 0
+	}
 	return s, nil
+}
+
+// readMarks reads an ack file into sorted, merged spans within [0, size).
+// A torn last record is ignored.
+func readMarks(path string, size int64) ([]span, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("exporter: spool: %w", err)
+	}
+	var spans []span
+	for ; len(b) >= ackRecordSize; b = b[ackRecordSize:] {
+		off, n := int64(binary.BigEndian.Uint64(b)), int64(binary.BigEndian.Uint64(b[8:]))
+		if off < 0 || n <= 0 || off >= size {
+			continue
+		}
+		spans = append(spans, span{off, min(n, size-off)})
+	}
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.off, b.off) })
+	merged := spans[:0]
+	for _, sp := range spans {
+		if k := len(merged); k > 0 && sp.off <= merged[k-1].off+merged[k-1].n {
+			merged[k-1].n = max(merged[k-1].n, sp.off+sp.n-merged[k-1].off)
+			continue
+		}
+		merged = append(merged, sp)
+	}
+	return merged, nil
 }
 
 func (s *spool) segPath(seq int64) string {
 	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", seq, segSuffix))
 }
 
-// unread reports the bytes not yet read back.
-func (s *spool) unread() int64 {
-	if len(s.segs) == 0 {
-		return 0
-	}
-	return s.total - s.rOff
+func (s *spool) ackPath(seq int64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", seq, ackSuffix))
 }
 
-func (s *spool) empty() bool { return s.unread() == 0 }
+// empty reports whether every frame has been handed out.
+func (s *spool) empty() bool { return s.unread == 0 }
 
 func frameSize(m *qmsg) int64 { return int64(8 + 1 + len(m.topic) + 2 + len(m.key) + len(m.value)) }
 
-// append writes m at the tail. It returns false when m does not fit.
+// append writes m at the tail for next to read back (m is not in memory).
+// It returns false when m does not fit.
 func (s *spool) append(m *qmsg) (bool, error) {
+	loc, ok, err := s.write(m)
+	if !ok {
+		return false, err
+	}
+	if s.unread == 0 {
+		s.closeReader()
+		s.rSeq, s.rOff = loc.seq, loc.off
+	}
+	s.unread += loc.n
+	return true, err
+}
+
+// appendLoaded writes m, which stays in memory, at the tail: the queue
+// marks it when the broker acknowledges it. The spool must be empty (every
+// frame handed out), so that frames stay in arrival order.
+func (s *spool) appendLoaded(m *qmsg) (spoolLoc, bool, error) {
+	return s.write(m)
+}
+
+func (s *spool) write(m *qmsg) (spoolLoc, bool, error) {
 	n := frameSize(m)
 	if s.total+n > s.maxBytes || len(m.topic) > 255 || len(m.key) > 65535 || n > maxFrameBytes {
-		return false, nil
+		return spoolLoc{}, false, nil
 	}
 	if s.w == nil || s.wBytes+n > s.segBytes && s.wBytes > 0 {
 		if err := s.rotate(); err != nil {
-			return false, err
+			return spoolLoc{}, false, err
 		}
 	}
 	if err := s.writeFrame(s.bw, m); err != nil {
-		return false, fmt.Errorf("exporter: spool write: %w", err)
+		return spoolLoc{}, false, fmt.Errorf("exporter: spool write: %w", err)
 	}
+	loc := spoolLoc{seq: s.wSeq, off: s.wBytes, n: n}
 	s.wBytes += n
-	s.sizes[s.wSeq] += n
+	s.seg[s.wSeq].size += n
 	s.total += n
-	return true, nil
+	s.dirty = true
+	return loc, true, nil
 }
 
 func (s *spool) writeFrame(w io.Writer, m *qmsg) error {
@@ -141,22 +256,32 @@ func (s *spool) writeFrame(w io.Writer, m *qmsg) error {
 	return nil
 }
 
+// flush writes buffered frames to the file (the page cache).
+func (s *spool) flush() error {
+	if !s.dirty || s.bw == nil {
+		return nil
+	}
+	if err := s.bw.Flush(); err != nil {
+		return fmt.Errorf("exporter: spool write: %w", err)
+	}
+	s.dirty = false
+	return nil
+}
+
 // rotate closes the write segment and starts a new one after the newest.
 func (s *spool) rotate() error {
 	if err := s.closeWriter(); err != nil {
 		return err
 	}
-	seq := firstSeq
-	if n := len(s.segs); n > 0 {
-		seq = s.segs[n-1] + 1
-	}
-	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+	seq := s.nextSeq
+	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o640)
 	if err != nil {
 		return fmt.Errorf("exporter: spool: %w", err)
 	}
+	s.nextSeq++
 	s.w, s.bw, s.wSeq, s.wBytes = f, bufio.NewWriterSize(f, 64<<10), seq, 0
 	s.segs = append(s.segs, seq)
-	s.sizes[seq] = 0
+	s.seg[seq] = &segment{}
 	return nil
 }
 
@@ -168,79 +293,111 @@ func (s *spool) closeWriter() error {
 	if cerr := s.w.Close(); err == nil {
 		err = cerr
 	}
-	s.w, s.bw, s.wSeq = nil, nil, -1
+	s.w, s.bw, s.wSeq, s.dirty = nil, nil, -1, false
 	if err != nil {
 		return fmt.Errorf("exporter: spool: %w", err)
 	}
 	return nil
 }
 
-// next reads the oldest unread message. ok is false when the spool is empty.
+// next reads the oldest frame not handed out, skipping frames acknowledged
+// in an earlier run. ok is false when there is none.
 func (s *spool) next() (m qmsg, ok bool, err error) {
-	for len(s.segs) > 0 {
-		head := s.segs[0]
-		if s.rSeq != head || s.r == nil {
-			if err := s.openReader(head); err != nil {
+	for s.unread > 0 {
+		sg := s.seg[s.rSeq]
+		if sg == nil {
+			// The cursor's segment is gone: go on with the next one.
+			i, _ := slices.BinarySearch(s.segs, s.rSeq)
+			if i == len(s.segs) {
+				s.unread = 0
+				return m, false, nil
+			}
+			s.rSeq, s.rOff = s.segs[i], 0
+			continue
+		}
+		// Skip acknowledged spans.
+		for len(sg.skip) > 0 && sg.skip[0].off+sg.skip[0].n <= s.rOff {
+			sg.skip = sg.skip[1:]
+		}
+		if len(sg.skip) > 0 && sg.skip[0].off <= s.rOff {
+			s.rOff = sg.skip[0].off + sg.skip[0].n
+			sg.skip = sg.skip[1:]
+			if s.r != nil {
+				_ = s.r.Close()
+				s.r = nil
+			}
+		}
+		if s.rOff >= sg.size {
+			// At the end of this segment: on to the next.
+			i, _ := slices.BinarySearch(s.segs, s.rSeq+1)
+			if i == len(s.segs) {
+				s.unread = 0
+				return m, false, nil
+			}
+			s.closeReader()
+			s.rSeq, s.rOff = s.segs[i], 0
+			continue
+		}
+		if s.rSeq == s.wSeq {
+			if err := s.flush(); err != nil {
 				return m, false, err
 			}
 		}
-		if head == s.wSeq {
-			if err := s.bw.Flush(); err != nil {
-				return m, false, fmt.Errorf("exporter: spool: %w", err)
+		if s.r == nil {
+			if err := s.openReader(); err != nil {
+				return m, false, err
 			}
 		}
-		if s.rOff < s.sizes[head] {
-			m, n, rerr := s.readFrame()
-			if rerr == nil {
-				s.rOff += n
-				if s.rOff == s.sizes[head] {
-					// Read to its end: remove it now rather than on the
-					// next call, which may come only after a restart.
-					if head == s.wSeq {
-						err = s.closeWriter()
-					}
-					if err == nil {
-						err = s.dropHead()
-					}
-				}
-				return m, true, err
-			}
-			// A damaged or torn frame: the rest of this segment is lost.
-			s.corrupt++
-			s.total -= s.sizes[head] - s.rOff
-			s.sizes[head] = s.rOff
+		off := s.rOff
+		m, n, rerr := s.readFrame()
+		if rerr == nil {
+			m.loc = spoolLoc{seq: s.rSeq, off: off, n: n}
+			s.rOff += n
+			s.unread -= n
+			return m, true, nil
 		}
-		// Segment read to its end.
-		if head == s.wSeq {
+		// A damaged or torn frame: the rest of this segment is lost.
+		s.corrupt++
+		lost := sg.size - s.rOff
+		for _, sp := range sg.skip {
+			lost -= sp.n
+			sg.acked -= sp.n
+		}
+		s.unread = max(0, s.unread-lost)
+		s.total -= sg.size - s.rOff
+		sg.size, sg.skip = s.rOff, nil
+		s.closeReader()
+		if s.rSeq == s.wSeq {
+			// Never append after damage.
 			if err := s.closeWriter(); err != nil {
 				return m, false, err
 			}
 		}
-		if err := s.dropHead(); err != nil {
+		if err := s.dropIfDone(s.rSeq); err != nil {
 			return m, false, err
 		}
 	}
 	return m, false, nil
 }
 
-func (s *spool) openReader(seq int64) error {
-	if s.r != nil {
-		_ = s.r.Close()
-	}
-	f, err := os.Open(s.segPath(seq))
+func (s *spool) openReader() error {
+	f, err := os.Open(s.segPath(s.rSeq))
 	if err != nil {
 		return fmt.Errorf("exporter: spool: %w", err)
 	}
-	off := int64(0)
-	if s.rSeq == seq {
-		off = s.rOff
-	}
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
+	if _, err := f.Seek(s.rOff, io.SeekStart); err != nil {
 		_ = f.Close()
 		return fmt.Errorf("exporter: spool: %w", err)
 	}
-	s.r, s.br, s.rSeq, s.rOff = f, bufio.NewReaderSize(f, 64<<10), seq, off
+	s.r, s.br = f, bufio.NewReaderSize(f, 64<<10)
 	return nil
+}
+
+func (s *spool) closeReader() {
+	if s.r != nil {
+		_ = s.r.Close()
+		s.r, s.br = nil, nil
+	}
 }
 
 func (s *spool) readFrame() (qmsg, int64, error) {
@@ -277,94 +434,118 @@ func (s *spool) readFrame() (qmsg, int64, error) {
 	return m, int64(8 + plen), nil
 }
 
-func (s *spool) dropHead() error {
-	head := s.segs[0]
-	if s.r != nil && s.rSeq == head {
-		_ = s.r.Close()
-		s.r, s.br = nil, nil
+// markAcked records that the frames at locs (in spool order) were
+// acknowledged, one ack record per run of adjacent frames, and removes the
+// segments that are then fully acknowledged.
+func (s *spool) markAcked(locs []spoolLoc) error {
+	var errs []error
+	for len(locs) > 0 {
+		seq := locs[0].seq
+		sg := s.seg[seq]
+		k := 1
+		for k < len(locs) && locs[k].seq == seq {
+			k++
+		}
+		run, rest := locs[:k], locs[k:]
+		locs = rest
+		if sg == nil {
+			continue
+		}
+		s.ackBuf = s.ackBuf[:0]
+		start, end := run[0].off, run[0].off+run[0].n
+		for _, l := range run[1:] {
+			if l.off != end {
+				s.ackBuf = appendAck(s.ackBuf, start, end-start)
+				start = l.off
+			}
+			end = l.off + l.n
+		}
+		s.ackBuf = appendAck(s.ackBuf, start, end-start)
+		for _, l := range run {
+			sg.acked += l.n
+		}
+		if sg.acked >= sg.size {
+			// Fully acknowledged: removed below, no need to mark.
+			if err := s.dropIfDone(seq); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if sg.marks == nil {
+			f, err := os.OpenFile(s.ackPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
+				continue
+			}
+			sg.marks = f
+		}
+		if _, err := sg.marks.Write(s.ackBuf); err != nil {
+			errs = append(errs, fmt.Errorf("exporter: spool ack: %w", err))
+		}
 	}
-	s.total -= s.sizes[head]
-	delete(s.sizes, head)
-	s.segs = s.segs[1:]
-	s.rSeq, s.rOff = -1, 0
-	if err := os.Remove(s.segPath(head)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("exporter: spool: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// closeWith persists msgs, which are older than anything spooled, in front
-// of the spool, drops the already-read prefix of the head segment so that a
-// restart does not redeliver it, and closes the files. The byte cap still
-// applies: it returns how many of msgs were stored.
-func (s *spool) closeWith(msgs []qmsg) (int, error) {
+func appendAck(b []byte, off, n int64) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(off))
+	return binary.BigEndian.AppendUint64(b, uint64(n))
+}
+
+// dropIfDone removes segment seq when every frame in it is acknowledged.
+func (s *spool) dropIfDone(seq int64) error {
+	sg := s.seg[seq]
+	if sg == nil || sg.acked < sg.size {
+		return nil
+	}
+	if seq == s.wSeq {
+		if err := s.closeWriter(); err != nil {
+			return err
+		}
+	}
+	if seq == s.rSeq {
+		s.closeReader()
+	}
+	if sg.marks != nil {
+		_ = sg.marks.Close()
+	}
+	s.total -= sg.size
+	delete(s.seg, seq)
+	if i, ok := slices.BinarySearch(s.segs, seq); ok {
+		s.segs = slices.Delete(s.segs, i, i+1)
+	}
+	var errs []error
+	for _, p := range []string{s.segPath(seq), s.ackPath(seq)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close flushes and syncs what was written and closes the files. The
+// segments stay for the next run.
+func (s *spool) close() error {
+	var errs []error
+	if s.w != nil {
+		if err := s.bw.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("exporter: spool write: %w", err))
+		}
+		if err := s.w.Sync(); err != nil {
+			errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
+		}
+	}
 	if err := s.closeWriter(); err != nil {
-		return 0, err
+		errs = append(errs, err)
 	}
-	defer func() {
-		if s.r != nil {
-			_ = s.r.Close()
-			s.r, s.br = nil, nil
-		}
-	}()
-	partial := len(s.segs) > 0 && s.rSeq == s.segs[0] && s.rOff > 0
-	if len(msgs) == 0 && !partial {
-		return 0, nil
-	}
-	seq := firstSeq
-	if len(s.segs) > 0 {
-		seq = s.segs[0] - 1
-	}
-	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
-	if err != nil {
-		return 0, fmt.Errorf("exporter: spool: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 64<<10)
-	base := s.total
-	if partial {
-		base -= s.rOff
-	}
-	var n int
-	var size int64
-	for i := range msgs {
-		fs := frameSize(&msgs[i])
-		if base+size+fs > s.maxBytes {
-			break
-		}
-		if err := s.writeFrame(bw, &msgs[i]); err != nil {
-			_ = f.Close()
-			return 0, fmt.Errorf("exporter: spool write: %w", err)
-		}
-		size += fs
-		n++
-	}
-	var copied int64
-	if partial {
-		head := s.segs[0]
-		copied, err = io.Copy(bw, io.NewSectionReader(s.r, s.rOff, s.sizes[head]-s.rOff))
-		if err != nil {
-			_ = f.Close()
-			return 0, fmt.Errorf("exporter: spool: %w", err)
+	s.closeReader()
+	for _, sg := range s.seg {
+		if sg.marks != nil {
+			if err := sg.marks.Sync(); err != nil {
+				errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
+			}
+			_ = sg.marks.Close()
+			sg.marks = nil
 		}
 	}
-	err = bw.Flush()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return 0, fmt.Errorf("exporter: spool write: %w", err)
-	}
-	if partial {
-		if err := s.dropHead(); err != nil {
-			return n, err
-		}
-	}
-	if size+copied == 0 {
-		_ = os.Remove(s.segPath(seq))
-		return n, nil
-	}
-	s.segs = slices.Insert(s.segs, 0, seq)
-	s.sizes[seq] = size + copied
-	s.total += size + copied
-	return n, nil
+	return errors.Join(errs...)
 }

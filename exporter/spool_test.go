@@ -21,7 +21,7 @@ func TestSpoolCorruptTail(t *testing.T) {
 			t.Fatal(ok, err)
 		}
 	}
-	if _, err := sp.closeWith(nil); err != nil {
+	if err := sp.close(); err != nil {
 		t.Fatal(err)
 	}
 	// Tear the last frame, as a crash mid-write would.
@@ -38,6 +38,7 @@ func TestSpoolCorruptTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keys string
+	var locs []spoolLoc
 	for {
 		m, ok, err := sp.next()
 		if err != nil {
@@ -50,13 +51,85 @@ func TestSpoolCorruptTail(t *testing.T) {
 			t.Errorf("message %+v", m)
 		}
 		keys += string(m.key)
+		locs = append(locs, m.loc)
 	}
 	if keys != "ab" || sp.corrupt != 1 || !sp.empty() {
 		t.Errorf("read keys %q, corrupt %d, empty %v", keys, sp.corrupt, sp.empty())
 	}
-	if left, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix)); len(left) != 0 {
-		t.Errorf("segments left: %v", left)
+	// Read is not delivered: the segment stays until both are acknowledged.
+	if left, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix)); len(left) != 1 {
+		t.Errorf("segments before the acknowledgement: %v", left)
 	}
+	if err := sp.markAcked(locs); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Errorf("files left after every frame was acknowledged: %v", left)
+	}
+}
+
+// TestSpoolAckMarks: frames acknowledged out of order (a partition that
+// fails while others deliver) are marked; after a crash the spool hands out
+// exactly the others, in order, and removes segments once all is acked.
+func TestSpoolAckMarks(t *testing.T) {
+	dir := t.TempDir()
+	sp, err := openSpool(dir, 1<<20, 4*frameSize(&qmsg{topic: "t", key: []byte{'a'}, value: []byte("value")}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locs []spoolLoc
+	for i := range 10 { // segments of 4, 4 and 2 frames
+		m := qmsg{topic: "t", key: []byte{byte('a' + i)}, value: []byte("value")}
+		loc, ok, err := sp.appendLoaded(&m)
+		if !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		locs = append(locs, loc)
+	}
+	if err := sp.flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Acked: a, b, d, e, f, g, h (all of the second segment), j. Not: c, i.
+	if err := sp.markAcked([]spoolLoc{locs[0], locs[1], locs[3]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.markAcked(locs[4:8]); err != nil {
+		t.Fatal(err)
+	}
+	if err := sp.markAcked(locs[9:10]); err != nil {
+		t.Fatal(err)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(dir, "*"+segSuffix)); len(segs) != 2 {
+		t.Errorf("segments %v, want the fully acknowledged one removed", segs)
+	}
+	// A crash: no close. The next run reads what is not acknowledged.
+	sp2, err := openSpool(dir, 1<<20, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys string
+	var again []spoolLoc
+	for {
+		m, ok, err := sp2.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		keys += string(m.key)
+		again = append(again, m.loc)
+	}
+	if keys != "ci" || sp2.corrupt != 0 {
+		t.Errorf("after the crash: read %q (corrupt %d), want \"ci\"", keys, sp2.corrupt)
+	}
+	if err := sp2.markAcked(again); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 0 {
+		t.Errorf("files left after every frame was acknowledged: %v", left)
+	}
+	_ = sp.close()
 }
 
 func TestAppendKey(t *testing.T) {
