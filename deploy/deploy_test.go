@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-var update = flag.Bool("update", false, "rewrite generated files (kubernetes/prometheusrule.yaml)")
+var update = flag.Bool("update", false, "rewrite files generated from prometheus/rules.yml (the PrometheusRule component, the chart's rules copy)")
 
 func promtool(t *testing.T) string {
 	t.Helper()

@@ -1,184 +1,187 @@
 package deploy
 
-// There is no helm binary here, so the chart is rendered with text/template
-// and the few Helm/sprig functions its templates use (toYaml, nindent,
-// indent, quote, default), implemented as Helm defines them. The chart keeps
-// to those, so this rendering is the chart's. The output then goes through
-// the same strict schema decoding and checks as the kustomize base, and the
-// DaemonSet must match the base's field for field where it matters.
+// The chart is loaded, rendered and linted by Helm's own packages (the
+// chart loader, engine.Render in strict mode, and the linter `helm lint`
+// runs), at the version of helm.sh/helm/v3 in go.mod. The output goes
+// through the same strict schema decoding and checks as the kustomize base,
+// and for each option of the chart the DaemonSet must match, field for field,
+// the kustomize base with the component that offers the same option.
 
 import (
-	"bytes"
-	"fmt"
-	"maps"
-	"os"
-	"path/filepath"
 	"reflect"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
-	"text/template"
 
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"helm.sh/helm/v3/pkg/lint"
+	"helm.sh/helm/v3/pkg/lint/support"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 )
 
-func helmFuncs() template.FuncMap {
-	return template.FuncMap{
-		"toYaml": func(v any) (string, error) {
-			b, err := yaml.Marshal(v)
-			return strings.TrimSuffix(string(b), "\n"), err
-		},
-		"indent": func(n int, s string) string {
-			pad := strings.Repeat(" ", n)
-			return pad + strings.ReplaceAll(s, "\n", "\n"+pad)
-		},
-		"nindent": func(n int, s string) string {
-			pad := strings.Repeat(" ", n)
-			return "\n" + pad + strings.ReplaceAll(s, "\n", "\n"+pad)
-		},
-		"quote": func(v any) string {
-			if v == nil {
-				return `""`
-			}
-			return fmt.Sprintf("%q", fmt.Sprint(v))
-		},
-		"default": func(def, v any) any {
-			if v == nil || reflect.ValueOf(v).IsZero() {
-				return def
-			}
-			return v
-		},
+const chartDir = "helm/pqwatch"
+
+func loadChart(t *testing.T) *chart.Chart {
+	t.Helper()
+	c, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("helm: load %s: %v", chartDir, err)
 	}
+	return c
 }
 
-// mergeValues deep-merges over into base (Helm's --set / -f semantics).
-func mergeValues(base, over map[string]any) map[string]any {
-	out := maps.Clone(base)
-	for k, v := range over {
-		if bm, ok := out[k].(map[string]any); ok {
-			if om, ok := v.(map[string]any); ok {
-				out[k] = mergeValues(bm, om)
-				continue
-			}
+// renderChartErr renders the chart as `helm template --namespace namespace
+// release` with values (merged over values.yaml, as -f would) and returns the
+// manifests in file order, NOTES and partials left out.
+func renderChartErr(t *testing.T, release, namespace string, values map[string]any) ([]byte, error) {
+	t.Helper()
+	c := loadChart(t)
+	vals, err := chartutil.ToRenderValues(c, values, chartutil.ReleaseOptions{
+		Name: release, Namespace: namespace, Revision: 1, IsInstall: true,
+	}, chartutil.DefaultCapabilities)
+	if err != nil {
+		return nil, err
+	}
+	files, err := engine.Engine{Strict: true}.Render(c, vals)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		if strings.HasSuffix(name, ".yaml") {
+			names = append(names, name)
 		}
-		out[k] = v
+	}
+	sort.Strings(names)
+	var out strings.Builder
+	for _, name := range names {
+		out.WriteString("---\n# Source: " + name + "\n" + files[name] + "\n")
+	}
+	return []byte(out.String()), nil
+}
+
+func renderChart(t *testing.T, release, namespace string, values map[string]any) []byte {
+	t.Helper()
+	out, err := renderChartErr(t, release, namespace, values)
+	if err != nil {
+		t.Fatalf("helm: render with %v: %v", values, err)
 	}
 	return out
 }
 
-func renderChart(t *testing.T, dir, release, namespace string, overrides map[string]any) []byte {
+// helmLint runs Helm's linter (`helm lint --namespace namespace` with these
+// values) and fails on any warning or error; information is logged.
+func helmLint(t *testing.T, namespace string, values map[string]any) {
 	t.Helper()
-	var chart map[string]any
-	strictFileAny(t, filepath.Join(dir, "Chart.yaml"), &chart)
-	var values map[string]any
-	strictFileAny(t, filepath.Join(dir, "values.yaml"), &values)
-	values = mergeValues(values, overrides)
-	ctx := map[string]any{
-		"Values":  values,
-		"Release": map[string]any{"Name": release, "Namespace": namespace, "Service": "Helm"},
-		"Chart": map[string]any{
-			"Name": chart["name"], "Version": chart["version"], "AppVersion": chart["appVersion"],
-		},
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "templates", "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no templates: %v", err)
-	}
-	var out bytes.Buffer
-	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
+	l := lint.AllWithKubeVersion(chartDir, values, namespace, nil)
+	for _, m := range l.Messages {
+		if m.Severity >= support.WarningSev {
+			t.Errorf("helm lint with %v: %s", values, m)
+		} else {
+			t.Logf("helm lint: %s", m)
 		}
-		tpl, err := template.New(filepath.Base(f)).Option("missingkey=error").Funcs(helmFuncs()).Parse(string(src))
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		fmt.Fprintf(&out, "---\n# Source: %s\n", filepath.Base(f))
-		if err := tpl.Execute(&out, ctx); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
-		out.WriteByte('\n')
-	}
-	return out.Bytes()
-}
-
-func strictFileAny(t *testing.T, path string, v any) {
-	t.Helper()
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(data, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 }
 
-func decodeAll(t *testing.T, stream []byte) *objects {
-	t.Helper()
-	o := &objects{}
-	for i, doc := range splitDocs(stream) {
-		if err := o.decodeDoc(doc); err != nil {
-			t.Errorf("rendered doc %d: %v\n%s", i, err, doc)
-		}
-	}
-	return o
+// The chart's options, each with the kustomize components that give the
+// same objects.
+var chartOptions = []struct {
+	name       string
+	values     map[string]any
+	components []string
+}{
+	{"defaults", nil, nil},
+	{"metrics on the pod IP", map[string]any{"metrics": map[string]any{"bind": "podIP"}}, []string{"metrics-pod-ip"}},
+	{"metrics on localhost", map[string]any{"metrics": map[string]any{"bind": "localhost"}}, []string{"metrics-localhost"}},
+	{"no process tracking", map[string]any{"processTracking": false}, []string{"no-process-tracking"}},
+	{"prometheus-operator", map[string]any{
+		"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
+	}, []string{"prometheus-operator"}},
+	{"prometheus-operator with a PodMonitor", map[string]any{
+		"podMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
+	}, []string{"prometheus-operator", "podmonitor"}},
 }
 
-func TestHelmChartRenders(t *testing.T) {
-	out := renderChart(t, "helm/pqwatch", "pqwatch", "pqwatch", nil)
-	o := decodeAll(t, out)
-	if t.Failed() {
-		t.FailNow()
+func TestHelmLint(t *testing.T) {
+	for _, o := range chartOptions {
+		t.Run(o.name, func(t *testing.T) { helmLint(t, "pqwatch", o.values) })
 	}
-	checkObjects(t, o, true)
-	if len(o.serviceMonitors) != 1 || len(o.podMonitors) != 0 {
-		t.Errorf("defaults: %d ServiceMonitors, %d PodMonitors; want 1 and 0", len(o.serviceMonitors), len(o.podMonitors))
-	}
+}
 
-	// The chart's DaemonSet is the kustomize base's.
-	base, _ := loadDir(t, "kubernetes")
-	if len(base.daemonSets) != 1 || len(o.daemonSets) != 1 {
-		t.Fatal("need one DaemonSet on each side")
+// TestHelmChartMatchesKustomize renders the chart with each option and the
+// kustomize base with the matching components, and compares them.
+func TestHelmChartMatchesKustomize(t *testing.T) {
+	for _, opt := range chartOptions {
+		t.Run(opt.name, func(t *testing.T) {
+			o := decodeAll(t, renderChart(t, "pqwatch", "pqwatch", opt.values))
+			checkObjects(t, o)
+			if len(o.namespaces) != 0 {
+				t.Error("the chart renders a Namespace: helm --create-namespace makes it")
+			}
+			base := decodeAll(t, renderKustomize(t, opt.components...))
+			compareDaemonSets(t, base, o)
+			if len(base.serviceMonitors) != len(o.serviceMonitors) || len(base.podMonitors) != len(o.podMonitors) || len(base.rules) != len(o.rules) {
+				t.Errorf("monitors and rules: base %d/%d/%d, chart %d/%d/%d (ServiceMonitor/PodMonitor/PrometheusRule)",
+					len(base.serviceMonitors), len(base.podMonitors), len(base.rules), len(o.serviceMonitors), len(o.podMonitors), len(o.rules))
+			}
+			for i := range min(len(base.serviceMonitors), len(o.serviceMonitors)) {
+				same(t, "ServiceMonitor endpoints", base.serviceMonitors[i].Spec.Endpoints, o.serviceMonitors[i].Spec.Endpoints)
+			}
+			for i := range min(len(base.podMonitors), len(o.podMonitors)) {
+				same(t, "PodMonitor endpoints", base.podMonitors[i].Spec.PodMetricsEndpoints, o.podMonitors[i].Spec.PodMetricsEndpoints)
+			}
+			checkRulesAreRulesFile(t, o)
+		})
 	}
-	bp, cp := base.daemonSets[0].Spec.Template.Spec, o.daemonSets[0].Spec.Template.Spec
+}
+
+func same(t *testing.T, what string, a, b any) {
+	t.Helper()
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("chart and kustomize base differ in %s:\nbase:  %+v\nchart: %+v", what, a, b)
+	}
+}
+
+// compareDaemonSets: the chart's DaemonSet and ConfigMap are the kustomize
+// base's in everything but names and labels.
+func compareDaemonSets(t *testing.T, base, chart *objects) {
+	t.Helper()
+	bp, cp := base.daemonSets[0].Spec.Template.Spec, chart.daemonSets[0].Spec.Template.Spec
 	bc, cc := bp.Containers[0], cp.Containers[0]
-	same := func(what string, a, b any) {
-		if !reflect.DeepEqual(a, b) {
-			t.Errorf("chart and kustomize base differ in %s:\nbase:  %+v\nchart: %+v", what, a, b)
-		}
-	}
-	same("hostNetwork/hostPID/dnsPolicy", []any{bp.HostNetwork, bp.HostPID, bp.DNSPolicy}, []any{cp.HostNetwork, cp.HostPID, cp.DNSPolicy})
-	same("terminationGracePeriodSeconds", bp.TerminationGracePeriodSeconds, cp.TerminationGracePeriodSeconds)
-	same("pod securityContext", bp.SecurityContext, cp.SecurityContext)
-	same("tolerations", bp.Tolerations, cp.Tolerations)
-	same("nodeSelector", bp.NodeSelector, cp.NodeSelector)
-	same("volumes", bp.Volumes, cp.Volumes)
-	same("container securityContext", bc.SecurityContext, cc.SecurityContext)
-	same("args", bc.Args, cc.Args)
-	same("env", bc.Env, cc.Env)
-	same("ports", bc.Ports, cc.Ports)
-	same("probes", []*corev1.Probe{bc.LivenessProbe, bc.ReadinessProbe}, []*corev1.Probe{cc.LivenessProbe, cc.ReadinessProbe})
-	same("resources", bc.Resources, cc.Resources)
-	same("volumeMounts", bc.VolumeMounts, cc.VolumeMounts)
-	same("ConfigMap data", base.configMaps[0].Data, o.configMaps[0].Data)
+	same(t, "hostNetwork/hostPID/dnsPolicy", []any{bp.HostNetwork, bp.HostPID, bp.DNSPolicy}, []any{cp.HostNetwork, cp.HostPID, cp.DNSPolicy})
+	same(t, "terminationGracePeriodSeconds", bp.TerminationGracePeriodSeconds, cp.TerminationGracePeriodSeconds)
+	same(t, "pod securityContext", bp.SecurityContext, cp.SecurityContext)
+	same(t, "tolerations", bp.Tolerations, cp.Tolerations)
+	same(t, "nodeSelector", bp.NodeSelector, cp.NodeSelector)
+	same(t, "volumes", bp.Volumes, cp.Volumes)
+	same(t, "container securityContext", bc.SecurityContext, cc.SecurityContext)
+	same(t, "args", bc.Args, cc.Args)
+	same(t, "env", bc.Env, cc.Env)
+	same(t, "ports", bc.Ports, cc.Ports)
+	same(t, "probes", []*corev1.Probe{bc.LivenessProbe, bc.ReadinessProbe}, []*corev1.Probe{cc.LivenessProbe, cc.ReadinessProbe})
+	same(t, "resources", bc.Resources, cc.Resources)
+	same(t, "volumeMounts", bc.VolumeMounts, cc.VolumeMounts)
+	same(t, "ConfigMap data", base.configMaps[0].Data, chart.configMaps[0].Data)
 }
 
+// TestHelmChartValues: release name, namespace and values reach the objects.
 func TestHelmChartValues(t *testing.T) {
-	out := renderChart(t, "helm/pqwatch", "edge", "observability", map[string]any{
+	values := map[string]any{
 		"image":          map[string]any{"repository": "registry.example/pqwatch", "tag": "v1.2.3"},
 		"kafka":          map[string]any{"brokers": "k1:9092,k2:9092", "topic": "pq.test"},
-		"logs":           map[string]any{"nginx": map[string]any{"dir": "/srv/nginx/logs"}},
+		"logs":           map[string]any{"nginx": map[string]any{"dir": "/srv/nginx/logs", "confDir": "/srv/nginx/conf", "logAs": "main=/srv/nginx/logs/other.log", "logFormat": "main"}},
 		"extraArgs":      []any{"-max-flows=1000"},
 		"resources":      map[string]any{"requests": map[string]any{"cpu": "50m", "memory": "64Mi"}, "limits": map[string]any{"cpu": "2", "memory": "1Gi"}},
-		"serviceMonitor": map[string]any{"enabled": false},
-		"podMonitor":     map[string]any{"enabled": true},
-	})
-	o := decodeAll(t, out)
-	if t.Failed() {
-		t.FailNow()
+		"podMonitor":     map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"prometheusRule": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
 	}
-	checkObjects(t, o, true)
+	helmLint(t, "observability", values)
+	o := decodeAll(t, renderChart(t, "edge", "observability", values))
+	checkObjects(t, o)
 	ds := o.daemonSets[0]
 	c := ds.Spec.Template.Spec.Containers[0]
 	if ds.Namespace != "observability" || ds.Name != "edge" {
@@ -194,19 +197,73 @@ func TestHelmChartValues(t *testing.T) {
 		t.Errorf("memory limit %s", got)
 	}
 	cm := o.configMaps[0].Data
-	if cm["KAFKA_BROKERS"] != "k1:9092,k2:9092" || cm["KAFKA_TOPIC"] != "pq.test" || cm["NGINX_LOG"] != "/srv/nginx/logs/access.log" {
-		t.Errorf("ConfigMap %v", cm)
+	want := map[string]string{
+		"KAFKA_BROKERS": "k1:9092,k2:9092", "KAFKA_TOPIC": "pq.test", "NGINX_LOG": "/srv/nginx/logs/access.log",
+		"NGINX_CONF": "/srv/nginx/conf/nginx.conf", "NGINX_LOG_AS": "main=/srv/nginx/logs/other.log", "NGINX_LOG_FORMAT": "main",
 	}
-	var nginxHost string
-	for _, v := range ds.Spec.Template.Spec.Volumes {
-		if v.Name == "nginx-logs" {
-			nginxHost = v.HostPath.Path
+	for k, v := range want {
+		if cm[k] != v {
+			t.Errorf("ConfigMap %s = %q, want %q", k, cm[k], v)
 		}
 	}
-	if nginxHost != "/srv/nginx/logs" {
-		t.Errorf("nginx hostPath %q", nginxHost)
+	hostPaths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
 	}
-	if len(o.serviceMonitors) != 0 || len(o.podMonitors) != 1 {
-		t.Errorf("%d ServiceMonitors, %d PodMonitors; want 0 and 1", len(o.serviceMonitors), len(o.podMonitors))
+	if hostPaths["nginx-logs"] != "/srv/nginx/logs" || hostPaths["nginx-conf"] != "/srv/nginx/conf" {
+		t.Errorf("hostPaths %v", hostPaths)
+	}
+	if len(o.serviceMonitors) != 0 || len(o.podMonitors) != 1 || len(o.rules) != 1 {
+		t.Fatalf("%d ServiceMonitors, %d PodMonitors, %d PrometheusRules; want 0, 1, 1", len(o.serviceMonitors), len(o.podMonitors), len(o.rules))
+	}
+	if o.podMonitors[0].Labels["release"] != "kube-prometheus-stack" || o.rules[0].Labels["release"] != "kube-prometheus-stack" {
+		t.Errorf("selection labels: PodMonitor %v, PrometheusRule %v", o.podMonitors[0].Labels, o.rules[0].Labels)
+	}
+}
+
+// TestHelmChartDefaults: what the chart installs when nothing is set.
+func TestHelmChartDefaults(t *testing.T) {
+	o := decodeAll(t, renderChart(t, "pqwatch", "pqwatch", nil))
+	if n := len(o.serviceMonitors) + len(o.podMonitors) + len(o.rules); n != 0 {
+		t.Errorf("defaults render %d prometheus-operator objects: a cluster without the operator's CRDs would reject the release", n)
+	}
+	if b := o.configMaps[0].Data["KAFKA_BROKERS"]; b != "" {
+		t.Errorf("KAFKA_BROKERS = %q by default: Kafka must be off until brokers are given", b)
+	}
+}
+
+// TestHelmChartRefuses: values that cannot work fail the render with a
+// reason, as `helm install` would.
+func TestHelmChartRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		values map[string]any
+		reason string
+	}{
+		{map[string]any{"metrics": map[string]any{"bind": "public"}}, "metrics.bind must be all, podIP or localhost"},
+		{map[string]any{"metrics": map[string]any{"bind": "localhost"}, "serviceMonitor": map[string]any{"enabled": true}}, "cannot reach 127.0.0.1"},
+		{map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}, "choose one"},
+	} {
+		_, err := renderChartErr(t, "pqwatch", "pqwatch", tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.reason) {
+			t.Errorf("values %v: error %v, want one saying %q", tc.values, err, tc.reason)
+		}
+	}
+}
+
+// TestHelmChartFiles: the chart carries nothing Helm would package by
+// mistake, and its rules copy is the one the PrometheusRule reads.
+func TestHelmChartFiles(t *testing.T) {
+	c := loadChart(t)
+	var files []string
+	for _, f := range c.Files {
+		files = append(files, f.Name)
+	}
+	if !slices.Equal(files, []string{"rules/pqwatch.rules.yml"}) {
+		t.Errorf("chart files %v, want only rules/pqwatch.rules.yml", files)
+	}
+	if c.Metadata.Version == "" || c.Metadata.AppVersion == "" {
+		t.Errorf("Chart.yaml version %q appVersion %q", c.Metadata.Version, c.Metadata.AppVersion)
 	}
 }

@@ -1,30 +1,41 @@
 package deploy
 
-// Offline schema check of the Kubernetes manifests: kubeconform needs its
-// JSON schemas from the network, so instead every document is decoded
-// strictly (unknown or duplicate fields are errors, and so are wrong types)
-// into the k8s.io/api Go types the API server itself is generated from. The
-// prometheus-operator CRDs (ServiceMonitor, PodMonitor, PrometheusRule) get
-// local structs with the fields we use, decoded just as strictly, plus checks
-// of their required fields. Then the objects are checked against each other
-// (selectors, named ports, volumes, ConfigMap keys) and against what
-// SPEC.md and the issue ask of the DaemonSet.
+// Schema check of the Kubernetes manifests as they are applied: the
+// kustomize base and each of its components are built with kustomize's own
+// library (sigs.k8s.io/kustomize/api/krusty, what `kubectl apply -k` runs),
+// and every object that comes out is decoded strictly (unknown or duplicate
+// fields are errors, and so are wrong types) into the k8s.io/api Go types the
+// API server itself is generated from. The prometheus-operator CRDs
+// (ServiceMonitor, PodMonitor, PrometheusRule) get local structs with the
+// fields we use, decoded just as strictly, plus checks of their required
+// fields. Then the objects are checked against each other (selectors, named
+// ports, volumes, ConfigMap keys, the metrics address and the probes, the
+// spool and its volume) and against what docs/deploy.md says of them.
 
 import (
 	"bytes"
 	"fmt"
+	"go/ast"
+	"go/constant"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
 
@@ -95,22 +106,6 @@ type prometheusRule struct {
 	Spec              struct {
 		Groups []ruleGroup `json:"groups"`
 	} `json:"spec"`
-}
-
-type kustomization struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Namespace  string `json:"namespace,omitempty"`
-	Labels     []struct {
-		Pairs            map[string]string `json:"pairs"`
-		IncludeSelectors bool              `json:"includeSelectors,omitempty"`
-	} `json:"labels,omitempty"`
-	Resources []string `json:"resources"`
-	Images    []struct {
-		Name    string `json:"name"`
-		NewName string `json:"newName,omitempty"`
-		NewTag  string `json:"newTag,omitempty"`
-	} `json:"images,omitempty"`
 }
 
 // objects is one decoded set of manifests.
@@ -212,78 +207,153 @@ func appendStrict[T any](list []*T, doc []byte) ([]*T, error) {
 	return append(list, v), nil
 }
 
-func loadDir(t *testing.T, dir string) (*objects, map[string]*objects) {
+// renderKustomize builds the kustomize base with the named components of
+// kubernetes/components, as an overlay that lists them would
+// (`kubectl apply -k`), and returns the YAML stream.
+func renderKustomize(t *testing.T, components ...string) []byte {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	base, err := filepath.Abs("kubernetes")
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := &objects{}
-	perFile := map[string]*objects{}
-	for _, f := range files {
-		if filepath.Base(f) == "kustomization.yaml" {
-			continue
+	dir := base
+	if len(components) > 0 {
+		dir = t.TempDir()
+		rel := func(p string) string {
+			r, err := filepath.Rel(dir, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
 		}
-		data, err := os.ReadFile(f)
-		if err != nil {
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel(base) + "\ncomponents:\n"
+		for _, c := range components {
+			k += "  - " + rel(filepath.Join(base, "components", c)) + "\n"
+		}
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		one := &objects{}
-		for i, doc := range splitDocs(data) {
-			if err := all.decodeDoc(doc); err != nil {
-				t.Errorf("%s doc %d: %v", f, i, err)
-			}
-			_ = one.decodeDoc(doc)
-		}
-		perFile[filepath.Base(f)] = one
 	}
-	return all, perFile
-}
-
-func TestKustomizeBaseSchema(t *testing.T) {
-	all, _ := loadDir(t, "kubernetes")
-	checkObjects(t, all, true)
-}
-
-func TestKustomization(t *testing.T) {
-	data, err := os.ReadFile("kubernetes/kustomization.yaml")
+	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build with components %v: %v", components, err)
+	}
+	out, err := m.AsYaml()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var k kustomization
-	if err := yaml.UnmarshalStrict(data, &k); err != nil {
-		t.Fatalf("kustomization.yaml: %v", err)
-	}
-	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
-		t.Errorf("kustomization.yaml: %s %s", k.APIVersion, k.Kind)
-	}
-	files, _ := filepath.Glob("kubernetes/*.yaml")
-	var onDisk []string
-	for _, f := range files {
-		if b := filepath.Base(f); b != "kustomization.yaml" {
-			onDisk = append(onDisk, b)
+	return out
+}
+
+// decodeAll strictly decodes every document of a YAML stream.
+func decodeAll(t *testing.T, stream []byte) *objects {
+	t.Helper()
+	o := &objects{}
+	for i, doc := range splitDocs(stream) {
+		if err := o.decodeDoc(doc); err != nil {
+			t.Errorf("rendered doc %d: %v\n%s", i, err, doc)
 		}
 	}
-	for _, r := range k.Resources {
-		if !slices.Contains(onDisk, r) {
-			t.Errorf("kustomization.yaml lists %s, which does not exist", r)
-		}
+	if t.Failed() {
+		t.FailNow()
 	}
-	// Every file is a resource, except the PodMonitor: it is the documented
-	// alternative to the ServiceMonitor (both would scrape every pod twice).
-	for _, f := range onDisk {
-		if !slices.Contains(k.Resources, f) && f != "podmonitor.yaml" {
-			t.Errorf("%s is not in kustomization.yaml resources", f)
-		}
+	return o
+}
+
+// TestKustomizeBase: the base holds only core kinds, so it applies to a
+// cluster without prometheus-operator, and it is complete and consistent.
+func TestKustomizeBase(t *testing.T) {
+	o := decodeAll(t, renderKustomize(t))
+	checkObjects(t, o)
+	if n := len(o.serviceMonitors) + len(o.podMonitors) + len(o.rules); n != 0 {
+		t.Errorf("the base has %d prometheus-operator objects: it would not apply without the operator's CRDs", n)
 	}
-	if slices.Contains(k.Resources, "podmonitor.yaml") && slices.Contains(k.Resources, "servicemonitor.yaml") {
-		t.Error("both PodMonitor and ServiceMonitor in resources: every target would be scraped twice")
+	if len(o.namespaces) != 1 || o.namespaces[0].Labels["pod-security.kubernetes.io/enforce"] != "privileged" {
+		t.Error("the base needs its Namespace, labelled pod-security.kubernetes.io/enforce: privileged")
+	}
+	ds := o.daemonSets[0]
+	if ds.Labels["app.kubernetes.io/part-of"] != "pqwatch" {
+		t.Errorf("kustomization labels not applied: %v", ds.Labels)
+	}
+	cm := o.configMaps[0].Data
+	if cm["NGINX_CONF"] != "/etc/nginx/nginx.conf" {
+		t.Errorf("NGINX_CONF = %q, want the conf of the mounted /etc/nginx", cm["NGINX_CONF"])
 	}
 }
 
-// checkObjects checks a full set of pqwatch manifests: the kustomize base or
-// the Helm chart's output. withMonitor says a ServiceMonitor must be there.
-func checkObjects(t *testing.T, o *objects, withMonitor bool) {
+// TestKustomizeComponents builds the base with each component (and the
+// documented combination) and checks what each one promises.
+func TestKustomizeComponents(t *testing.T) {
+	for _, tc := range []struct {
+		components []string
+		check      func(t *testing.T, o *objects)
+	}{
+		{[]string{"prometheus-operator"}, func(t *testing.T, o *objects) {
+			if len(o.serviceMonitors) != 1 || len(o.podMonitors) != 0 || len(o.rules) != 1 {
+				t.Errorf("%d ServiceMonitors, %d PodMonitors, %d PrometheusRules; want 1, 0, 1", len(o.serviceMonitors), len(o.podMonitors), len(o.rules))
+			}
+			checkRulesAreRulesFile(t, o)
+		}},
+		{[]string{"prometheus-operator", "podmonitor"}, func(t *testing.T, o *objects) {
+			if len(o.serviceMonitors) != 0 || len(o.podMonitors) != 1 || len(o.rules) != 1 {
+				t.Errorf("%d ServiceMonitors, %d PodMonitors, %d PrometheusRules; want 0, 1, 1", len(o.serviceMonitors), len(o.podMonitors), len(o.rules))
+			}
+		}},
+		{[]string{"metrics-pod-ip"}, func(t *testing.T, o *objects) {
+			if got := metricsAddr(t, o); got != "$(POD_IP):9810" {
+				t.Errorf("metrics address %q, want $(POD_IP):9810", got)
+			}
+		}},
+		{[]string{"metrics-localhost"}, func(t *testing.T, o *objects) {
+			if got := metricsAddr(t, o); got != "127.0.0.1:9810" {
+				t.Errorf("metrics address %q, want 127.0.0.1:9810", got)
+			}
+		}},
+		{[]string{"no-process-tracking"}, func(t *testing.T, o *objects) {
+			if o.daemonSets[0].Spec.Template.Spec.HostPID {
+				t.Error("hostPID still on")
+			}
+		}},
+		{[]string{"prometheus-operator", "metrics-pod-ip", "no-process-tracking"}, func(t *testing.T, o *objects) {}},
+	} {
+		t.Run(strings.Join(tc.components, "+"), func(t *testing.T) {
+			o := decodeAll(t, renderKustomize(t, tc.components...))
+			checkObjects(t, o)
+			tc.check(t, o)
+		})
+	}
+}
+
+// TestKustomizationFiles: every manifest in the base and in each component
+// directory is one of its resources (a file left out is never applied).
+func TestKustomizationFiles(t *testing.T) {
+	dirs, _ := filepath.Glob("kubernetes/components/*")
+	dirs = append(dirs, "kubernetes")
+	for _, dir := range dirs {
+		data, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+		if err != nil {
+			t.Errorf("%s: %v", dir, err)
+			continue
+		}
+		var k struct {
+			Resources []string `json:"resources"`
+		}
+		if err := yaml.Unmarshal(data, &k); err != nil {
+			t.Errorf("%s/kustomization.yaml: %v", dir, err)
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		for _, f := range files {
+			if b := filepath.Base(f); b != "kustomization.yaml" && !slices.Contains(k.Resources, b) {
+				t.Errorf("%s is not in %s/kustomization.yaml resources", b, dir)
+			}
+		}
+	}
+}
+
+// checkObjects checks a full set of pqwatch manifests: the kustomize base
+// (with or without components) or the Helm chart's output.
+func checkObjects(t *testing.T, o *objects) {
 	t.Helper()
 	if len(o.daemonSets) != 1 {
 		t.Fatalf("%d DaemonSets, want 1", len(o.daemonSets))
@@ -305,8 +375,18 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 	}
 
 	pod := ds.Spec.Template.Spec
-	if !pod.HostNetwork || !pod.HostPID {
-		t.Error("pod needs hostNetwork and hostPID")
+	if len(pod.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(pod.Containers))
+	}
+	c := pod.Containers[0]
+	// Process tracking needs hostPID, SYS_PTRACE and the host's /proc; without
+	// it (-no-process-tracking) the pod has none of the three.
+	tracking := !slices.Contains(c.Args, "-no-process-tracking")
+	if !pod.HostNetwork {
+		t.Error("pod needs hostNetwork")
+	}
+	if pod.HostPID != tracking {
+		t.Errorf("hostPID %v with process tracking %v", pod.HostPID, tracking)
 	}
 	if pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
 		t.Errorf("dnsPolicy %q, want ClusterFirstWithHostNet", pod.DNSPolicy)
@@ -323,10 +403,6 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 	if psc := pod.SecurityContext; psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Error("pod seccompProfile must be RuntimeDefault")
 	}
-	if len(pod.Containers) != 1 {
-		t.Fatalf("%d containers, want 1", len(pod.Containers))
-	}
-	c := pod.Containers[0]
 	if c.Image == "" || c.Name == "" {
 		t.Error("container needs a name and an image")
 	}
@@ -348,8 +424,12 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 	}
 	add := slices.Clone(sc.Capabilities.Add)
 	slices.Sort(add)
-	if !slices.Equal(add, []corev1.Capability{"NET_RAW", "SYS_PTRACE"}) {
-		t.Errorf("capabilities.add = %v, want exactly NET_RAW and SYS_PTRACE", sc.Capabilities.Add)
+	wantCaps := []corev1.Capability{"NET_RAW"}
+	if tracking {
+		wantCaps = append(wantCaps, "SYS_PTRACE")
+	}
+	if !slices.Equal(add, wantCaps) {
+		t.Errorf("capabilities.add = %v, want exactly %v (process tracking %v)", sc.Capabilities.Add, wantCaps, tracking)
 	}
 
 	// Ports and probes.
@@ -374,6 +454,7 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 			t.Errorf("%s probe %s on %s, want /healthz on 9810", name, p.HTTPGet.Path, p.HTTPGet.Port.String())
 		}
 	}
+	checkMetricsAddr(t, o)
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() ||
 		c.Resources.Limits.Cpu().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Error("container needs cpu and memory requests and limits")
@@ -381,9 +462,16 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 	if c.Resources.Limits.Memory().Cmp(*c.Resources.Requests.Memory()) < 0 {
 		t.Error("memory limit below request")
 	}
+	// pqwatch sets its own soft limit at 90% of the cgroup's; GOMEMLIMIT
+	// would override it (copied from limits.memory: no headroom at all).
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" {
+			t.Errorf("env GOMEMLIMIT %+v: leave it unset, pqwatch sets 90%% of the cgroup limit itself", e)
+		}
+	}
 
-	// Volumes: every mount has a volume; host paths are read-only, except
-	// none; the required host paths are there.
+	// Volumes: every mount has a volume; host paths are read-only; the
+	// required host paths are there.
 	vols := map[string]corev1.Volume{}
 	for _, v := range pod.Volumes {
 		vols[v.Name] = v
@@ -402,9 +490,15 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 			hostMounts[v.HostPath.Path] = m.MountPath
 		}
 	}
-	// Log directories appear at their host paths (the flags name the same
-	// files inside and outside the pod); /proc at /host/proc.
-	for _, name := range []string{"nginx-logs", "caddy-logs", "host-proc"} {
+	// Log and conf directories appear at their host paths (the flags name
+	// the same files inside and outside the pod); /proc at /host/proc.
+	hostVols := []string{"nginx-logs", "caddy-logs", "nginx-conf"}
+	if tracking {
+		hostVols = append(hostVols, "host-proc")
+	} else if _, ok := vols["host-proc"]; ok {
+		t.Error("host-proc volume without process tracking")
+	}
+	for _, name := range hostVols {
 		v, ok := vols[name]
 		if !ok || v.HostPath == nil {
 			t.Errorf("no hostPath volume %s", name)
@@ -420,6 +514,9 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 		if got := hostMounts[v.HostPath.Path]; got != want {
 			t.Errorf("hostPath %s mounted at %q, want %s read-only", v.HostPath.Path, got, want)
 		}
+	}
+	if tracking && !slices.Contains(c.Args, "-proc-root=/host/proc") {
+		t.Errorf("args %v: process tracking without -proc-root=/host/proc", c.Args)
 	}
 	for _, v := range pod.Volumes {
 		used := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == v.Name })
@@ -456,6 +553,18 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 	}
 	if len(c.Args) == 0 || c.Args[0] != "run" {
 		t.Errorf("args %v: want `run` first", c.Args)
+	}
+	// The log join is wired: the nginx conf and the log formats reach the
+	// agent, and the conf lies in a read-only mount.
+	for _, want := range []string{"-nginx-conf=$(NGINX_CONF)", "-nginx-log-as=$(NGINX_LOG_AS)", "-nginx-log-format=$(NGINX_LOG_FORMAT)"} {
+		if !slices.Contains(c.Args, want) {
+			t.Errorf("args %v lack %s", c.Args, want)
+		}
+	}
+	if cm := findConfigMap(o, envFromName(c), ns); cm != nil {
+		if conf := cm.Data["NGINX_CONF"]; conf != "" && !underReadOnlyMount(c, conf) {
+			t.Errorf("NGINX_CONF %s is in no read-only mount", conf)
+		}
 	}
 
 	// ServiceAccount, RBAC.
@@ -501,8 +610,8 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 		}
 	}
 
-	if withMonitor && len(o.serviceMonitors) == 0 && len(o.podMonitors) == 0 {
-		t.Error("no ServiceMonitor or PodMonitor")
+	if len(o.serviceMonitors) > 0 && len(o.podMonitors) > 0 {
+		t.Error("both a ServiceMonitor and a PodMonitor: every target would be scraped twice")
 	}
 	for _, sm := range o.serviceMonitors {
 		checkMonitor(t, "ServiceMonitor", sm.Spec.Selector, sm.Spec.NamespaceSelector, sm.Spec.Endpoints, svc.Labels, ns)
@@ -512,6 +621,100 @@ func checkObjects(t *testing.T, o *objects, withMonitor bool) {
 	}
 	for _, r := range o.rules {
 		checkPrometheusRule(t, r)
+	}
+}
+
+func envFromName(c corev1.Container) string {
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil {
+			return ef.ConfigMapRef.Name
+		}
+	}
+	return ""
+}
+
+func underReadOnlyMount(c corev1.Container, path string) bool {
+	for _, m := range c.VolumeMounts {
+		if m.ReadOnly && strings.HasPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// metricsAddr is the -metrics-addr the agent gets: an env entry of the
+// container (it overrides envFrom), else the ConfigMap's METRICS_ADDR.
+func metricsAddr(t *testing.T, o *objects) string {
+	t.Helper()
+	ds := o.daemonSets[0]
+	c := ds.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "-metrics-addr=$(METRICS_ADDR)") {
+		t.Fatalf("args %v: want -metrics-addr=$(METRICS_ADDR)", c.Args)
+	}
+	for _, e := range c.Env {
+		if e.Name == "METRICS_ADDR" {
+			return e.Value
+		}
+	}
+	cm := findConfigMap(o, envFromName(c), ds.Namespace)
+	if cm == nil {
+		t.Fatal("no ConfigMap in envFrom")
+	}
+	return cm.Data["METRICS_ADDR"]
+}
+
+// checkMetricsAddr: the address's port is the container's metrics port (the
+// probes, the Service and the monitors use that one); the probes can reach
+// the address; a monitor is never pointed at an agent on 127.0.0.1.
+func checkMetricsAddr(t *testing.T, o *objects) {
+	t.Helper()
+	c := o.daemonSets[0].Spec.Template.Spec.Containers[0]
+	addr := metricsAddr(t, o)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Errorf("metrics address %q: %v", addr, err)
+		return
+	}
+	if port != "9810" {
+		t.Errorf("metrics address %q: port is not the container's 9810", addr)
+	}
+	var envIndex, podIPIndex = -1, -1
+	for i, e := range c.Env {
+		switch {
+		case e.Name == "METRICS_ADDR":
+			envIndex = i
+		case e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			podIPIndex = i
+		}
+	}
+	probeHost := ""
+	if p := c.LivenessProbe; p != nil && p.HTTPGet != nil {
+		probeHost = p.HTTPGet.Host
+		if r := c.ReadinessProbe; r == nil || r.HTTPGet == nil || r.HTTPGet.Host != probeHost {
+			t.Error("liveness and readiness probes go to different hosts")
+		}
+	}
+	switch host {
+	case "":
+		// Every address of the node: the probes' default (the pod IP) works.
+	case "$(POD_IP)":
+		// $(POD_IP) expands only to an env entry defined before this one.
+		if envIndex < 0 || podIPIndex < 0 || podIPIndex > envIndex {
+			t.Errorf("metrics address %q needs env POD_IP (status.podIP) before METRICS_ADDR", addr)
+		}
+	case "127.0.0.1":
+		if probeHost != "127.0.0.1" {
+			t.Errorf("metrics on %s but probes sent to %q: the kubelet would restart the pod forever", addr, probeHost)
+		}
+		if len(o.serviceMonitors)+len(o.podMonitors) > 0 {
+			t.Errorf("metrics on %s: a ServiceMonitor or PodMonitor cannot scrape it", addr)
+		}
+		return
+	default:
+		t.Errorf("metrics address %q: want :9810, $(POD_IP):9810 or 127.0.0.1:9810", addr)
+	}
+	if probeHost != "" {
+		t.Errorf("probes sent to %q, the agent listens on %q", probeHost, addr)
 	}
 }
 
@@ -566,6 +769,142 @@ func checkPrometheusRule(t *testing.T, r *prometheusRule) {
 	}
 }
 
+// checkRulesAreRulesFile: the PrometheusRule carries prometheus/rules.yml,
+// rule for rule.
+func checkRulesAreRulesFile(t *testing.T, o *objects) {
+	t.Helper()
+	want := rulesFileGroups(t)
+	for _, r := range o.rules {
+		got, _ := yaml.Marshal(r.Spec.Groups)
+		if !bytes.Equal(got, want) {
+			t.Errorf("PrometheusRule %s differs from prometheus/rules.yml: run go test ./deploy -run PrometheusRuleMatches -update", r.Name)
+		}
+	}
+}
+
+func rulesFileGroups(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile("prometheus/rules.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rf struct {
+		Groups []ruleGroup `json:"groups"`
+	}
+	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
+		t.Fatalf("rules.yml: %v", err)
+	}
+	out, err := yaml.Marshal(rf.Groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestSpoolFitsItsVolume: the Kafka spool's cap stays below the sizeLimit of
+// the emptyDir it is written to, in the base and in the chart. At the
+// sizeLimit the kubelet evicts the pod and deletes the volume, spool and
+// tail offsets with it: a full spool must be refused by pqwatch (counted as
+// dropped), never found by the kubelet.
+func TestSpoolFitsItsVolume(t *testing.T) {
+	const headroom = 64 << 20 // tail offsets, the spool's .ack files, block rounding
+	for name, stream := range map[string][]byte{
+		"kustomize base": renderKustomize(t),
+		"helm chart":     renderChart(t, "pqwatch", "pqwatch", nil),
+	} {
+		o := decodeAll(t, stream)
+		pod := o.daemonSets[0].Spec.Template.Spec
+		c := pod.Containers[0]
+		capBytes, capFrom := int64(0), ""
+		dir := ""
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, "-kafka-spool-dir="); ok {
+				dir = v
+			}
+			if v, ok := strings.CutPrefix(a, "-kafka-spool-max-bytes="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("%s: %s: %v", name, a, err)
+				}
+				capBytes, capFrom = n, a
+			}
+		}
+		if dir == "" {
+			t.Errorf("%s: no -kafka-spool-dir", name)
+			continue
+		}
+		if capFrom == "" {
+			capBytes, capFrom = spoolBytesDefault(t), "exporter.KafkaConfig.SpoolBytes default"
+		}
+		var mount *corev1.VolumeMount
+		for i, m := range c.VolumeMounts {
+			if strings.HasPrefix(dir+"/", strings.TrimSuffix(m.MountPath, "/")+"/") && (mount == nil || len(m.MountPath) > len(mount.MountPath)) {
+				mount = &c.VolumeMounts[i]
+			}
+		}
+		if mount == nil {
+			t.Errorf("%s: spool dir %s is in no volume (the root filesystem is read-only)", name, dir)
+			continue
+		}
+		var limit *resource.Quantity
+		for _, v := range pod.Volumes {
+			if v.Name == mount.Name && v.EmptyDir != nil {
+				limit = v.EmptyDir.SizeLimit
+			}
+		}
+		if limit == nil {
+			t.Errorf("%s: spool volume %s is not an emptyDir with a sizeLimit", name, mount.Name)
+			continue
+		}
+		if limit.Value() < capBytes+headroom {
+			t.Errorf("%s: spool volume sizeLimit %s (%d bytes) is not above the spool cap %d (%s) + %d MiB: a full spool gets the pod evicted and the spool deleted",
+				name, limit, limit.Value(), capBytes, capFrom, headroom>>20)
+		}
+		t.Logf("%s: spool cap %d bytes (%s), volume sizeLimit %s", name, capBytes, capFrom, limit)
+	}
+}
+
+// spoolBytesDefault is the spool cap exporter.NewKafka sets when
+// KafkaConfig.SpoolBytes is zero, as `pqwatch run` leaves it: read from the
+// setDefault(&cfg.SpoolBytes, ...) call in exporter/kafka.go, so that a new
+// default is seen here.
+func spoolBytesDefault(t *testing.T) int64 {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, filepath.Join("..", "exporter", "kafka.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var arg ast.Expr
+	ast.Inspect(f, func(n ast.Node) bool {
+		call, ok := n.(*ast.CallExpr)
+		if !ok || len(call.Args) != 2 {
+			return true
+		}
+		if id, ok := call.Fun.(*ast.Ident); !ok || id.Name != "setDefault" {
+			return true
+		}
+		if u, ok := call.Args[0].(*ast.UnaryExpr); ok {
+			if sel, ok := u.X.(*ast.SelectorExpr); ok && sel.Sel.Name == "SpoolBytes" {
+				arg = call.Args[1]
+			}
+		}
+		return true
+	})
+	if arg == nil {
+		t.Fatal("exporter/kafka.go: no setDefault(&cfg.SpoolBytes, ...): find where the spool cap is set now and read it from there")
+	}
+	tv, err := types.Eval(fset, nil, token.NoPos, types.ExprString(arg))
+	if err != nil || tv.Value == nil {
+		t.Fatalf("exporter/kafka.go: spool default %s is not a constant expression: %v", types.ExprString(arg), err)
+	}
+	n, ok := constant.Int64Val(tv.Value)
+	if !ok || n <= 0 {
+		t.Fatalf("exporter/kafka.go: spool default %s", tv.Value)
+	}
+	return n
+}
+
 type labelSet map[string]string
 
 func (l labelSet) Has(k string) bool              { _, ok := l[k]; return ok }
@@ -612,23 +951,37 @@ func namespaced(o *objects) []metav1.ObjectMeta {
 	return out
 }
 
-// TestPrometheusRuleMatchesRulesFile keeps the PrometheusRule object in the
-// kustomize base equal to prometheus/rules.yml (the file promtool tests).
-// go test ./deploy -run PrometheusRuleMatches -update rewrites it.
+// The files generated from prometheus/rules.yml: the PrometheusRule of the
+// kustomize component and the chart's copy of the rules file.
+const (
+	promRulePath  = "kubernetes/components/prometheus-operator/prometheusrule.yaml"
+	chartRulePath = "helm/pqwatch/rules/pqwatch.rules.yml"
+)
+
+// TestPrometheusRuleMatchesRulesFile keeps the PrometheusRule objects equal to
+// prometheus/rules.yml (the file promtool tests).
+// go test ./deploy -run PrometheusRuleMatches -update rewrites them.
 func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
-	want := prometheusRuleFromRules(t)
-	path := "kubernetes/prometheusrule.yaml"
-	if *update {
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := os.ReadFile(path)
+	rules, err := os.ReadFile("prometheus/rules.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s is out of date with prometheus/rules.yml: run go test ./deploy -run PrometheusRuleMatches -update", path)
+	for path, want := range map[string][]byte{
+		promRulePath:  prometheusRuleFromRules(t),
+		chartRulePath: append([]byte("# Copied from deploy/prometheus/rules.yml by deploy/manifests_test.go\n# (go test ./deploy -run PrometheusRuleMatches -update). Do not edit.\n"), rules...),
+	} {
+		if *update {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is out of date with prometheus/rules.yml: run go test ./deploy -run PrometheusRuleMatches -update", path)
+		}
 	}
 }
 
@@ -644,29 +997,15 @@ func prometheusRuleFromRules(t *testing.T) []byte {
 	if err := yaml.UnmarshalStrict(data, &rf); err != nil {
 		t.Fatalf("rules.yml: %v", err)
 	}
-	var pr prometheusRule
-	pr.APIVersion = "monitoring.coreos.com/v1"
-	pr.Kind = "PrometheusRule"
-	pr.Name = "pqwatch"
-	pr.Namespace = "pqwatch"
-	pr.Labels = map[string]string{"app.kubernetes.io/name": "pqwatch"}
-	pr.Spec.Groups = rf.Groups
 	out, err := yaml.Marshal(map[string]any{
-		"apiVersion": pr.APIVersion, "kind": pr.Kind,
-		"metadata": map[string]any{"name": pr.Name, "namespace": pr.Namespace, "labels": pr.Labels},
-		"spec":     pr.Spec,
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+		"metadata": map[string]any{"name": "pqwatch", "namespace": "pqwatch", "labels": map[string]string{
+			"app.kubernetes.io/name": "pqwatch", "app.kubernetes.io/part-of": "pqwatch",
+		}},
+		"spec": map[string]any{"groups": rf.Groups},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append([]byte("# Generated from ../prometheus/rules.yml by deploy/manifests_test.go\n# (go test ./deploy -run PrometheusRuleMatches -update). Do not edit.\n"), out...)
-}
-
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	return append([]byte("# Generated from ../../../prometheus/rules.yml by deploy/manifests_test.go\n# (go test ./deploy -run PrometheusRuleMatches -update). Do not edit.\n"), out...)
 }
