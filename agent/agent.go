@@ -11,6 +11,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,6 +71,17 @@ type Config struct {
 	// at most that); EachLine writes every record through at once.
 	JSONLOptions exporter.JSONLOptions
 	Kafka        *exporter.KafkaConfig
+
+	// Node names the node in every record (record.Handshake.Node); ""
+	// takes the host name. Every record also gets an ID unique across
+	// nodes and restarts (record.Handshake.ID).
+	Node string
+
+	// DrainTimeout bounds how long the sinks may take to deliver what is
+	// queued when Run's context ends (default 30s); closing Abort cuts it
+	// short (a second signal): Kafka then spools what it can at once.
+	DrainTimeout time.Duration
+	Abort        <-chan struct{}
 
 	TrackProcesses bool   // attribute handshakes to server generations
 	ProcRoot       string // /proc, or /host/proc in Kubernetes
@@ -201,8 +213,9 @@ func New(cfg Config) (a *Agent, err error) {
 		}
 		k, err := exporter.NewKafka(kc)
 		if err != nil {
-			return nil, fmt.Errorf("agent: kafka: %w", err)
+			return nil, fmt.Errorf("agent: %w", err)
 		}
+		a.reg.MustRegister(k.Collector())
 		pc.Sinks = append(pc.Sinks, k)
 	}
 	pc.Sinks = append(pc.Sinks, cfg.Sinks...)
@@ -210,11 +223,16 @@ func New(cfg Config) (a *Agent, err error) {
 		pc.Sinks = append(pc.Sinks, record.SinkFunc(cfg.OnRecord))
 	}
 	a.pipe = pipeline.New(pc)
+	ids := newRecordIDs(cfg.Node)
+	onRecord := func(r *record.Handshake) {
+		ids.stamp(r)
+		a.pipe.Record(r)
+	}
 	for range n {
 		w := &worker{}
 		sc := cfg.Sniffer
 		sc.Ports = nil // the kernel filter already narrowed
-		sc.OnRecord = a.pipe.Record
+		sc.OnRecord = onRecord
 		w.sn = sniffer.New(sc)
 		a.workers = append(a.workers, w)
 	}
@@ -377,8 +395,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		w.mu.Unlock()
 	}
 	// The stages flush in order (attribution, log join), then the sinks
-	// flush and close (Kafka within its deadline).
-	kctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// flush and close (Kafka within its deadline, or at once on Abort).
+	kctx, cancel := a.drainContext(cmp.Or(a.cfg.DrainTimeout, 30*time.Second))
 	if err := a.pipe.Close(kctx); err != nil {
 		a.log.Error("closing the record sinks", "err", err)
 	}
@@ -386,7 +404,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	stopBG()
 	wg.Wait()
 	a.closeOpened()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := a.drainContext(5 * time.Second)
 	srv.shutdown(sctx)
 	cancel()
 	if capErr != nil && !errors.Is(capErr, context.Canceled) {
@@ -394,6 +412,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// drainContext ends after d, or when Abort is closed.
+func (a *Agent) drainContext(d time.Duration) (context.Context, context.CancelFunc) {
+	base, abort := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithTimeoutCause(base, d, fmt.Errorf("agent: the %v drain deadline passed", d))
+	if a.cfg.Abort != nil {
+		go func() {
+			select {
+			case <-a.cfg.Abort:
+				abort(errAborted)
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, func() { cancel(); abort(nil) }
+}
+
+// errAborted is the cause of a drain cut short by Config.Abort.
+var errAborted = errors.New("agent: stopped at once")
 
 // packet is the capture callback, on worker i's goroutine. A panic is
 // recovered (and logged) by the capture worker, which drops the packet and

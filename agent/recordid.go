@@ -1,0 +1,51 @@
+package agent
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"os"
+	"sync/atomic"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// recordIDs stamps every record with the node's name and an ID unique across
+// nodes and restarts: a random 64-bit prefix drawn when the agent starts and
+// a counter, 16 hex digits each ("9f3c2a1b0d4e5f60-000000000000002a"). Two
+// agent starts share a prefix with probability 2^-64 per pair; within one,
+// the counter does not repeat. The fixed width keeps one agent's IDs in
+// order when sorted as text.
+type recordIDs struct {
+	node   string
+	prefix [17]byte // 16 hex digits and '-'
+	n      atomic.Uint64
+}
+
+func newRecordIDs(node string) *recordIDs {
+	if node == "" {
+		node, _ = os.Hostname()
+	}
+	ids := &recordIDs{node: node}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24+)
+	putHex(ids.prefix[:16], binary.BigEndian.Uint64(b[:]))
+	ids.prefix[16] = '-'
+	return ids
+}
+
+// stamp sets r's Node and ID. It is safe for concurrent use.
+func (ids *recordIDs) stamp(r *record.Handshake) {
+	var b [33]byte
+	copy(b[:], ids.prefix[:])
+	putHex(b[17:], ids.n.Add(1))
+	r.Node, r.ID = ids.node, string(b[:])
+}
+
+// putHex writes v as 16 lower-case hex digits into b.
+func putHex(b []byte, v uint64) {
+	const digits = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+}
