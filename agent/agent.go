@@ -192,7 +192,15 @@ func New(cfg Config) (a *Agent, err error) {
 		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
 			a.joiner = logjoin.New(logjoin.Options{Emit: next})
 			return a.joiner
-		}, func(next func(*record.Handshake)) pipeline.Stage {
+		})
+		if a.procs != nil {
+			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
+				lp := proctrack.NewLogPID(a.procs, next)
+				a.reg.MustRegister(lp)
+				return lp
+			})
+		}
+		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
 			return &joinCheck{next: next, metrics: a.metrics, log: a.log}
 		})
 	}
@@ -284,8 +292,7 @@ func parseReasons() []string {
 }
 
 // joinCheck follows the log join: it counts joins and lets the instrument
-// check itself (nginx's own $ssl_curve against the group on the wire), and
-// takes the serving worker from nginx's $pid for an attributed record.
+// check itself (nginx's own $ssl_curve against the group on the wire).
 type joinCheck struct {
 	next    func(*record.Handshake)
 	metrics *exporter.Metrics
@@ -295,11 +302,6 @@ type joinCheck struct {
 func (c *joinCheck) Flush() {}
 
 func (c *joinCheck) Process(r *record.Handshake) {
-	if g, l := r.Generation, r.Log; g != nil && g.WorkerPID == 0 && l != nil && l.Source == "nginx" && l.PID > 0 {
-		// nginx's $pid is the worker that handled the connection, and
-		// a connection never leaves the worker that accepted it.
-		g.WorkerPID = l.PID
-	}
 	if r.Outcome == record.OutcomeOK {
 		if r.Log != nil {
 			c.metrics.LogJoin(exporter.JoinJoined)

@@ -1,0 +1,52 @@
+package proctrack
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// TestLogPID: a record the attribution left without a generation takes,
+// from the joined nginx line's $pid, the generation and worker of the real
+// nginx worker that wrote it; a $pid no tracked process has is counted,
+// and an attributed record only gains its worker.
+func TestLogPID(t *testing.T) {
+	l := newNginxLab(t)
+	l.writeConf("x25519")
+	master := l.start()
+	tr, _ := startTracker(t)
+	gen := genByMaster(t, tr, master, 2)
+	var out []*record.Handshake
+	s := NewLogPID(tr, func(r *record.Handshake) { out = append(out, r) })
+	for _, w := range gen.Workers {
+		s.Process(&record.Handshake{Transport: record.TransportTCP, Group: "x25519", Log: &record.Log{Source: "nginx", PID: w}})
+	}
+	s.Process(&record.Handshake{Transport: record.TransportTCP, Log: &record.Log{Source: "nginx", PID: 1 << 30}})
+	attributed := &record.Generation{ID: gen.ID, MasterPID: master}
+	s.Process(&record.Handshake{Transport: record.TransportTCP, Generation: attributed, Log: &record.Log{Source: "nginx", PID: gen.Workers[0]}})
+	for i, w := range gen.Workers {
+		g := out[i].Generation
+		if g == nil || g.ID != gen.ID || g.MasterPID != master || g.WorkerPID != w {
+			t.Errorf("worker %d: generation %+v, want %s master %d", w, g, gen.ID, master)
+		}
+	}
+	if out[len(gen.Workers)].Generation != nil {
+		t.Errorf("unknown pid attributed: %+v", out[len(gen.Workers)].Generation)
+	}
+	if attributed.WorkerPID != gen.Workers[0] {
+		t.Errorf("attributed record's worker %d, want %d", attributed.WorkerPID, gen.Workers[0])
+	}
+	want := fmt.Sprintf(`
+# HELP pqwatch_attributions_from_log_total %s
+# TYPE pqwatch_attributions_from_log_total counter
+pqwatch_attributions_from_log_total{result="found"} %d
+pqwatch_attributions_from_log_total{result="unknown_pid"} 1
+`, "TCP handshakes the attribution left without a server generation that the joined nginx access-log line's $pid attributed (result found), or whose $pid names no tracked process (result unknown_pid).", len(gen.Workers))
+	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
+		t.Error(err)
+	}
+}
