@@ -447,7 +447,9 @@ func parseISO8601(b []byte, maxFrac int) (time.Time, bool) {
 	}
 	var off int
 	if len(z) != 1 || z[0] != 'Z' {
-		if off, ok = parseZone(z, true); !ok {
+		// "+01:00" (RFC 3339), or "+0100" as Caddy's iso8601 time_format
+		// writes it outside UTC.
+		if off, ok = parseZone(z, len(z) == 6); !ok {
 			return time.Time{}, false
 		}
 	}
