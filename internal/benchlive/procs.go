@@ -134,18 +134,12 @@ func (p *proc) stop() {
 // where utime+stime are 10 ms ticks charged by sampling.
 func schedNs(pid int, kids bool) uint64 {
 	var total uint64
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, t.Name()))
-		if err != nil {
-			continue
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			v, _ := strconv.ParseUint(f[0], 10, 64)
-			total += v
-		}
+	run := map[int]uint64{}
+	_ = procfs.ReadTaskRuntimes("/proc", pid, run) // a process gone counts what was read
+	for tid, ns := range run {
+		total += ns
 		if kids {
-			cb, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+			cb, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, tid))
 			for _, c := range strings.Fields(string(cb)) {
 				if cp, err := strconv.Atoi(c); err == nil {
 					total += schedNs(cp, true)
