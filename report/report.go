@@ -320,15 +320,16 @@ func (s *Summary) Finish() {
 const maxClassicalRows = 10000
 
 func addShare(m map[string]*ShareRow, k string, pq bool) {
-	if len(m) >= 1000 {
-		if _, ok := m[k]; !ok {
-			k = "(other)"
-		}
-	}
 	row := m[k]
 	if row == nil {
-		row = &ShareRow{}
-		m[k] = row
+		if len(m) >= 1000 {
+			k = "(other)"
+			row = m[k]
+		}
+		if row == nil {
+			row = &ShareRow{}
+			m[k] = row
+		}
 	}
 	row.Completed++
 	if pq {
