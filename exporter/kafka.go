@@ -127,7 +127,7 @@ type KafkaConfig struct {
 	RollupInterval   time.Duration
 	RollupMaxServers int
 
-	Metrics *Metrics     // optional: pqwatch_kafka_messages_total
+	Metrics *Metrics     // optional: pqwatch_kafka_messages_total (Collector has the sink's health)
 	Logger  *slog.Logger // optional: default slog.Default()
 }
 

@@ -403,3 +403,37 @@ func TestKafkaSpoolAckedNotRedelivered(t *testing.T) {
 	}
 	_ = os.RemoveAll(cfg.SpoolDir)
 }
+
+// TestKafkaHealthCollector: the sink's collector exports pqwatch_kafka_up
+// and every reason of pqwatch_kafka_errors_total, from the start, next to
+// the other metrics in one registry, and lints clean.
+func TestKafkaHealthCollector(t *testing.T) {
+	reg := prometheusRegistry()
+	m := NewMetrics(reg)
+	addr, _ := deadBroker(t, testTopic)
+	cfg := fastConfig(addr)
+	cfg.Logger, cfg.Metrics = testLogger(t), m
+	k, err := NewKafka(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(k.Collector())
+	deadline := time.Now().Add(5 * time.Second)
+	for k.health.errs[kafkaReasonIndex(KafkaErrNetwork)].Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP pqwatch_kafka_up 1 when the last Kafka produce or cluster check succeeded, 0 while delivery fails (pqwatch_kafka_errors_total says why). Only with a Kafka feed.
+# TYPE pqwatch_kafka_up gauge
+pqwatch_kafka_up 0
+`), "pqwatch_kafka_up"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.CollectAndCount(k.Collector(), "pqwatch_kafka_errors_total"); n != len(KafkaErrorReasons) {
+		t.Errorf("%d pqwatch_kafka_errors_total series, want %d", n, len(KafkaErrorReasons))
+	}
+	if probs, err := testutil.GatherAndLint(reg, "pqwatch_kafka_up", "pqwatch_kafka_errors_total"); err != nil || len(probs) > 0 {
+		t.Errorf("lint: %v %v", err, probs)
+	}
+	_ = closeShort(t, k)
+}

@@ -9,7 +9,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -31,14 +33,16 @@ const (
 	KafkaErrOther           = "other"
 )
 
-// KafkaErrorReasons is the fixed label set of pqwatch_kafka_errors_total.
-var KafkaErrorReasons = []string{
+var kafkaReasons = [...]string{
 	KafkaErrNetwork, KafkaErrBroker, KafkaErrUnknownTopic, KafkaErrAuthorization,
 	KafkaErrAuthentication, KafkaErrTLS, KafkaErrMessageTooLarge, KafkaErrOther,
 }
 
+// KafkaErrorReasons is the fixed label set of pqwatch_kafka_errors_total.
+var KafkaErrorReasons = kafkaReasons[:]
+
 func kafkaReasonIndex(reason string) int {
-	for i, r := range KafkaErrorReasons {
+	for i, r := range kafkaReasons {
 		if r == reason {
 			return i
 		}
@@ -197,7 +201,7 @@ func (k *Kafka) fix(e *KafkaError) string {
 // kafkaHealth is what the metrics and Close know of delivery.
 type kafkaHealth struct {
 	up        atomic.Bool
-	errs      [8]atomic.Uint64 // by kafkaReasonIndex
+	errs      [len(kafkaReasons)]atomic.Uint64 // by kafkaReasonIndex
 	permanent atomic.Pointer[KafkaError]
 }
 
@@ -265,34 +269,63 @@ func (k *Kafka) success(fromCheck bool) {
 }
 
 // Collector returns a Prometheus collector of the sink's health:
-// pqwatch_kafka_up and pqwatch_kafka_errors_total{reason}. Register it with
-// the registry of the process's other metrics.
+// pqwatch_kafka_up and pqwatch_kafka_errors_total{reason}, read at scrape
+// time. Register it with the registry of the process's other metrics
+// (there are no such series without a Kafka feed).
 func (k *Kafka) Collector() prometheus.Collector {
-	return &kafkaCollector{
-		k: k,
+	f := newKafkaHealthFamily()
+	f.attach(k)
+	return f
+}
+
+// kafkaHealthFamily exports pqwatch_kafka_up and
+// pqwatch_kafka_errors_total of the Kafka sinks attached to it, read at
+// scrape time. Without a sink it has no series; with several, up is 1 only
+// when all are, and errors add up.
+type kafkaHealthFamily struct {
+	up, errs *prometheus.Desc
+	mu       sync.Mutex
+	sinks    []*Kafka
+}
+
+func newKafkaHealthFamily() *kafkaHealthFamily {
+	return &kafkaHealthFamily{
 		up: prometheus.NewDesc(namespace+"_kafka_up",
-			"1 when the last Kafka produce or cluster check succeeded, 0 while delivery fails (pqwatch_kafka_errors_total says why).",
+			"1 when the last Kafka produce or cluster check succeeded, 0 while delivery fails (pqwatch_kafka_errors_total says why). Only with a Kafka feed.",
 			nil, nil),
 		errs: prometheus.NewDesc(namespace+"_kafka_errors_total",
-			"Failed Kafka produce attempts and cluster checks by reason: network, broker (retried), unknown_topic, authorization, authentication, tls (need a change on the brokers or in pqwatch's flags), message_too_large (the record is dropped), other.",
+			"Failed Kafka produce attempts and cluster checks by reason: network, broker (retried), unknown_topic, authorization, authentication, tls (need a change on the brokers or in pqwatch's flags), message_too_large (the record is dropped), other. Only with a Kafka feed.",
 			[]string{"reason"}, nil),
 	}
 }
 
-type kafkaCollector struct {
-	k        *Kafka
-	up, errs *prometheus.Desc
+func (f *kafkaHealthFamily) attach(k *Kafka) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sinks = append(f.sinks, k)
 }
 
-func (c *kafkaCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.up; ch <- c.errs }
+func (f *kafkaHealthFamily) Describe(ch chan<- *prometheus.Desc) { ch <- f.up; ch <- f.errs }
 
-func (c *kafkaCollector) Collect(ch chan<- prometheus.Metric) {
-	up := 0.0
-	if c.k.health.up.Load() {
-		up = 1
+func (f *kafkaHealthFamily) Collect(ch chan<- prometheus.Metric) {
+	f.mu.Lock()
+	sinks := slices.Clone(f.sinks)
+	f.mu.Unlock()
+	if len(sinks) == 0 {
+		return
 	}
-	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
+	up := 1.0
+	var errs [len(kafkaReasons)]uint64
+	for _, k := range sinks {
+		if !k.health.up.Load() {
+			up = 0
+		}
+		for i := range errs {
+			errs[i] += k.health.errs[i].Load()
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(f.up, prometheus.GaugeValue, up)
 	for i, r := range KafkaErrorReasons {
-		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(c.k.health.errs[i].Load()), r)
+		ch <- prometheus.MustNewConstMetric(f.errs, prometheus.CounterValue, float64(errs[i]), r)
 	}
 }
