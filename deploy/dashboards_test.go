@@ -37,6 +37,7 @@ var knownMetrics = []string{
 	"pqwatch_generation_workers",
 	"pqwatch_swap_events_total",
 	"pqwatch_swap_failed_total",
+	"pqwatch_attributions_total",
 	"pqwatch_build_info",
 }
 
@@ -66,12 +67,17 @@ type dashboard struct {
 }
 
 type panel struct {
-	ID         int                      `json:"id"`
-	Type       string                   `json:"type"`
-	Title      string                   `json:"title"`
-	Datasource map[string]any           `json:"datasource"`
-	GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
-	Targets    []struct {
+	ID          int                      `json:"id"`
+	Type        string                   `json:"type"`
+	Title       string                   `json:"title"`
+	Datasource  map[string]any           `json:"datasource"`
+	GridPos     struct{ H, W, X, Y int } `json:"gridPos"`
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+	} `json:"fieldConfig"`
+	Targets []struct {
 		RefID      string         `json:"refId"`
 		Expr       string         `json:"expr"`
 		Datasource map[string]any `json:"datasource"`
@@ -218,9 +224,19 @@ func TestDashboards(t *testing.T) {
 				}
 			}
 		}
-		for _, want := range []string{"PQ share by server", "PQ share by server generation", "Mean ServerHello bytes by group",
-			"HelloRetryRequest ratio by server", "Failure ratio by server", "ClientHello segments", "Capture drops (ring full)",
-			"Flows: active and evicted", "Parse errors by reason", "Kafka messages by result", "Swap events"} {
+		// One panel for each question of a rollout (RUNBOOK.md names them).
+		// Not here: the PQ share per listening port, which needs a port
+		// label that pqwatch_handshakes_total does not have.
+		for _, want := range []string{
+			"PQ share of completed handshakes, by node", "PQ share by server generation",
+			"Forecast outcomes of ClientHellos (handshakes/s)",
+			"Mean ServerHello bytes by group", "Hello size growth, PQ over classical (fleet)", "ClientHello segments",
+			"HelloRetryRequest share of attempts, by node", "Handshake failure share of attempts, by node",
+			"Handshakes not completed, by outcome (handshakes/s)",
+			"Handshakes by generation (handshakes/s)", "Server CPU per handshake by generation", "Swap events (per interval)",
+			"Capture drops (ring full)", "Flows evicted, table full (flows/s)", "Parse errors by reason (errors/s)",
+			"Log joins by result (records/s)", "Kafka messages by result (messages/s)", "Agents up",
+		} {
 			if !slices.Contains(titles, want) {
 				t.Errorf("%s: no panel %q", f, want)
 			}
@@ -236,6 +252,50 @@ func TestDashboards(t *testing.T) {
 		}
 		if !found && m != "pqwatch_handshakes_total" {
 			t.Errorf("metric %s is on no dashboard", m)
+		}
+	}
+}
+
+// perSecond are the Grafana units of a rate.
+var perSecond = []string{"cps", "pps", "reqps", "ops", "Bps", "binBps"}
+
+// TestDashboardUnits: a panel's unit fits every query on it, so that no axis
+// mixes a rate and a ratio or shows a count in bytes; and every PQ share
+// divides PQ completed handshakes by completed ones, the definition of the
+// recording rules.
+func TestDashboardUnits(t *testing.T) {
+	ratioRule := regexp.MustCompile(`[a-z_]+:pqwatch_[a-z0-9_]+:ratio_rate5m`)
+	for f, d := range loadDashboards(t) {
+		for _, p := range flatPanels(d.Panels) {
+			if p.Type == "row" || p.Type == "table" || p.Type == "heatmap" {
+				continue
+			}
+			unit := p.FieldConfig.Defaults.Unit
+			for _, tg := range p.Targets {
+				e := tg.Expr
+				// A share: a ratio recording rule, or (num or 0 * den) / den.
+				isShare := ratioRule.MatchString(e) || e == "pqwatch:pq_share:ratio_rate5m" || strings.Contains(e, " or 0 * ")
+				// A rate or an increase, summed, not divided or turned into a quantile.
+				isRate := (strings.Contains(e, "rate(") || strings.Contains(e, "increase(")) && !strings.Contains(e, "/") && !strings.Contains(e, "histogram_quantile")
+				switch {
+				case unit == "percentunit" && !isShare:
+					t.Errorf("%s: panel %q is in percent, but %s is not a share", f, p.Title, e)
+				case slices.Contains(perSecond, unit) && !(isRate && strings.Contains(e, "rate(")):
+					t.Errorf("%s: panel %q is per second, but %s is not a rate", f, p.Title, e)
+				case unit == "bytes" && !strings.Contains(e, "_bytes"):
+					t.Errorf("%s: panel %q is in bytes, but %s reads no _bytes metric", f, p.Title, e)
+				case isShare && unit != "percentunit":
+					t.Errorf("%s: panel %q shows the share %s in %q, not percentunit", f, p.Title, e, unit)
+				case isRate && strings.Contains(e, "rate(") && !slices.Contains(perSecond, unit):
+					t.Errorf("%s: panel %q shows the rate %s in %q, not a per-second unit", f, p.Title, e, unit)
+				}
+				if strings.Contains(e, `pq="true"`) && strings.Count(e, `outcome="ok"`) < 2 {
+					t.Errorf("%s: panel %q: a PQ share is PQ completed / completed (outcome=\"ok\" above and below): %s", f, p.Title, e)
+				}
+			}
+			if strings.HasSuffix(p.Title, "/s)") && !slices.Contains(perSecond, unit) {
+				t.Errorf("%s: panel %q says per second, its unit is %q", f, p.Title, unit)
+			}
 		}
 	}
 }
