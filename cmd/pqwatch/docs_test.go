@@ -16,6 +16,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"log/slog"
 	"os"
@@ -933,9 +934,9 @@ func (d *describing) Unregister(c prometheus.Collector) bool { return d.reg.Unre
 
 // agentMetrics builds the pqwatch_* metrics the way agent.New does, without
 // the capture (which needs CAP_NET_RAW): exporter.NewMetrics, the capture
-// collector and the process tracker's collector. It returns label names by
-// metric and the type of each metric that has series (the per-generation
-// ones have none without a server process).
+// collector, the process tracker's collector and a Kafka sink's. It
+// returns label names by metric and the type of each metric that has
+// series (the per-generation ones have none without a server process).
 func agentMetrics(t *testing.T) (map[string][]string, map[string]string) {
 	t.Helper()
 	d := &describing{reg: prometheus.NewRegistry(), labels: map[string][]string{}}
@@ -953,6 +954,18 @@ func agentMetrics(t *testing.T) (map[string][]string, map[string]string) {
 	}
 	t.Cleanup(func() { pt.Close() })
 	d.MustRegister(pt.Collector())
+	// With -kafka-brokers, the Kafka sink's health (nothing listens at
+	// port 1: the sink only fails to deliver, which is all this needs).
+	k, err := exporter.NewKafka(exporter.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = k.Close(ctx)
+	})
+	d.MustRegister(k.Collector())
 	return d.labels, gatheredTypes(t, d.reg)
 }
 
@@ -1062,7 +1075,7 @@ func TestDocMetrics(t *testing.T) {
 		}
 	}
 	for name := range labels {
-		if _, ok := got[name]; !ok && present[name] != "per generation" && (a.Processes() != nil || present[name] != "tracking") {
+		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && (a.Processes() != nil || present[name] != "tracking") {
 			t.Errorf("docs/contract.md says %s is there %s; the agent's registry has no %s", name, present[name], name)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -31,10 +32,71 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// signalContext returns a context that the first SIGINT or SIGTERM ends: a
+// clean stop, which drains within deadlines. It carries a second context
+// (hardStop) that the next signal ends: stop at once.
+func signalContext() (context.Context, func()) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	hard, cancelHard := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	go func() {
+		for _, end := range []context.CancelCauseFunc{cancel, cancelHard} {
+			select {
+			case s := <-sigs:
+				end(fmt.Errorf("%v", s))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return context.WithValue(ctx, hardStopKey{}, hard), func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+		cancelHard(nil)
+	}
+}
+
+type hardStopKey struct{}
+
+// hardStop is the context that a second signal ends, nil when ctx does not
+// come from signalContext (tests).
+func hardStop(ctx context.Context) context.Context {
+	h, _ := ctx.Value(hardStopKey{}).(context.Context)
+	return h
+}
+
+// sayStopping logs, when a signal ends ctx, that the agent is stopping and
+// that a second signal stops it at once, and then that one came. The
+// returned function ends the watch.
+func sayStopping(ctx context.Context, logger *slog.Logger) func() {
+	hard := hardStop(ctx)
+	if hard == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			logger.Info("stopping: flushing records (a second SIGINT or SIGTERM stops at once)", "signal", context.Cause(ctx).Error())
+		case <-done:
+			return
+		}
+		select {
+		case <-hard.Done():
+			logger.Warn("stopping at once: records not delivered yet go to the Kafka spool if there is one, else they are dropped and counted", "signal", context.Cause(hard).Error())
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
 }
 
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -34,7 +34,12 @@ func TestMain(m *testing.M) {
 				panic(err)
 			}
 		}
-		os.Exit(runMain(context.Background(), args, os.Stdout, os.Stderr))
+		// Signals as main handles them: the first stops cleanly, a second
+		// at once.
+		ctx, stop := signalContext()
+		code := runMain(ctx, args, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/capture"
-	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/internal/memlimit"
 	"github.com/pqwatch/pqwatch/pipeline"
@@ -23,15 +22,10 @@ import (
 // runFlags are `pqwatch run`'s flags beyond the common ones.
 type runFlags struct {
 	commonFlags
+	kafka       kafkaFlags
+	node        string
 	ifaces      string
 	metricsAddr string
-	brokers     string
-	topic       string
-	rollupTopic string
-	kafkaKey    string
-	kafkaAcks   string
-	kafkaComp   string
-	kafkaSpool  string
 	workers     int
 	blockTO     time.Duration
 	stateDir    string
@@ -50,13 +44,8 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	rf.commonFlags.register(fs)
 	fs.StringVar(&rf.ifaces, "iface", "", "interfaces to capture: comma-separated `names` or any (default: every interface that is up, following link changes)")
 	fs.StringVar(&rf.metricsAddr, "metrics-addr", ":9810", "`address` for /metrics and /healthz (empty: none)")
-	fs.StringVar(&rf.brokers, "kafka-brokers", "", "Kafka `host:port,...` for the per-handshake feed (empty: no Kafka)")
-	fs.StringVar(&rf.topic, "kafka-topic", "pqwatch.handshakes", "Kafka `topic` for handshake records")
-	fs.StringVar(&rf.rollupTopic, "kafka-rollup-topic", "", "optional Kafka `topic` for per-minute rollups")
-	fs.StringVar(&rf.kafkaKey, "kafka-key", "server", "Kafka message key: server, sni, client_network or none")
-	fs.StringVar(&rf.kafkaAcks, "kafka-acks", "all", "Kafka acknowledgements: all, leader or none")
-	fs.StringVar(&rf.kafkaComp, "kafka-compression", "snappy", "Kafka compression: none, gzip, snappy, lz4 or zstd")
-	fs.StringVar(&rf.kafkaSpool, "kafka-spool-dir", "", "`dir` for the Kafka disk spool: what the memory buffer cannot hold during a broker outage (empty: memory only)")
+	rf.kafka.register(fs)
+	fs.StringVar(&rf.node, "node", "", "`name` of this node in every record's node field (default: $NODE_NAME, the Kubernetes node name from the downward API, else the host name)")
 	fs.IntVar(&rf.workers, "workers", 0, "capture workers (0: GOMAXPROCS, which follows the cgroup CPU limit)")
 	fs.DurationVar(&rf.blockTO, "block-timeout", capture.DefaultBlockTimeout, "longest a captured packet waits in a partly filled ring block before pqwatch reads it (1ms to 1m): shorter shows records sooner, longer wakes pqwatch less often; full blocks are read at once")
 	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
@@ -119,13 +108,10 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 		}
 		cfg.Forecast = &p
 	}
-	if rf.brokers != "" {
-		cfg.Kafka = &exporter.KafkaConfig{
-			Brokers: strings.Split(rf.brokers, ","), Topic: rf.topic, RollupTopic: rf.rollupTopic,
-			Key: exporter.KafkaKey(rf.kafkaKey), Acks: exporter.Acks(rf.kafkaAcks),
-			Compression: rf.kafkaComp, SpoolDir: rf.kafkaSpool,
-		}
+	if cfg.Kafka, err = rf.kafka.config(os.Getenv, logger); err != nil {
+		return cfg, nil, err
 	}
+	cfg.Node = nodeName(rf.node, os.Getenv)
 	if rf.format == "jsonl" {
 		out, c, err := openOut(rf.out, stdout)
 		if err != nil {
@@ -178,11 +164,15 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		sum = report.New(policy)
 		cfg.Sinks = append(cfg.Sinks, sum)
 	}
+	if hard := hardStop(ctx); hard != nil {
+		cfg.Abort = hard.Done()
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch run:", err)
 		return exitFailure
 	}
+	defer sayStopping(ctx, logger)()
 	start := time.Now()
 	err = a.Run(ctx)
 	if sum != nil && err == nil {
