@@ -16,7 +16,8 @@ const (
 	whyOpenVPN               = "scope: TLS inside OpenVPN's control channel (P_CONTROL packets) is not TLS over TCP/QUIC; pqwatch does not unwrap it"
 	whyNonASCIIALPN          = "FoxIO's Python and Rust print the older rule (\"99\" when the first ALPN byte is > 127); JA4.md now takes the hex of the first and last byte for a non-alphanumeric ALPN (0xBA 0xAD -> \"bd\")"
 	whySuricataJA4Underscore = "Suricata is wrong: this ClientHello has no signature_algorithms and Suricata hashes the extension list with a trailing '_'; FoxIO's JA4.md says the string then ends without '_' (sha256 of \"0005,000a,000b,0017,0023,ff01\" = c39ab67fec8e); this filter also needs tls.version=TLSv1, see whySuricataClientVersion"
-	whyPartialCH             = "definitions differ: the connection's only ClientHello record is cut short (its header says 69 bytes, 64 follow, then the flow goes idle); pqwatch writes a record for a ClientHello that never completes (client_hello_bytes from its header, outcome timeout) because a hybrid hello whose second segment never arrives is a failure to report, tshark dissects no ClientHello"
+	whyPartialCH             = "definitions differ: the connection's only ClientHello record is cut short (its header says 69 bytes, 64 follow, then the flow goes idle); pqwatch writes a record for a ClientHello that never completes (client_hello_bytes from its header, outcome incomplete: its SYN was captured) because a hybrid hello whose second segment never arrives is what an operator must see, tshark dissects no ClientHello"
+	whyMalformedCH           = "by design: a one-packet ClientHello whose body does not parse (its extensions overrun the message); pqwatch writes a record only for a real ClientHello and counts malformed_client_hello, tshark dissects what it can"
 	whySuricataClientVersion = "definitions differ: with no ServerHello (server closed after the ClientHello) Suricata's tls.version is the ClientHello's version; pqwatch's version is the negotiated one only, absent here"
 )
 
@@ -66,6 +67,7 @@ var knownDisagreements = []known{
 	{disagreement{"tshark", "OISF_suricata-verify/tests/tls/tls13-draft23/tls13_draft23.pcap", "", "sh_key_share", "-", "x25519"}, whyDraft},
 	{disagreement{"tshark", "OISF_suricata-verify/tests/tls/tls13-draft28/tls13_draft28.pcap", "", "sh_key_share", "-", "secp256r1"}, whyDraft},
 	{disagreement{"tshark", "arkime_arkime/tests/pcap/arkime_synthetic.pcap", "", "records", "12", "11"}, whyPartialCH},
+	{disagreement{"tshark", "seladb_PcapPlusPlus/Tests/Packet++Test/PacketExamples/ssl-malformed1.pcap", "", "records", "0", "1"}, whyMalformedCH},
 	{disagreement{"tshark", "arkime_arkime/tests/pcap/https2-301-get.pcap", "", "records", "0", "1"}, whySSLv2Hello},
 	{disagreement{"tshark", "arkime_arkime/tests/pcap/pppoe.pcap", "", "records", "0", "1"}, whySSLv2Hello},
 	{disagreement{"tshark", "arkime_arkime/tests/pcap/tls13.pcap", "", "ch_key_share", "-", "x25519"}, whyDraft},

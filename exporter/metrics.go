@@ -43,7 +43,7 @@ var (
 	versionValues   = []string{"TLS1.3", "TLS1.2", "TLS1.1", "TLS1.0", labelNone, labelOther}
 	outcomeValues   = []string{
 		record.OutcomeOK, record.OutcomeAlert, record.OutcomeReset,
-		record.OutcomeTimeout, record.OutcomeTruncated, labelOther,
+		record.OutcomeTimeout, record.OutcomeTruncated, record.OutcomeIncomplete, labelOther,
 	}
 	// groupValues is knownGroups followed by "none", "other" and the
 	// group_missing reasons.
@@ -448,8 +448,10 @@ func outcomeIdx(s string) int {
 		return 3
 	case record.OutcomeTruncated:
 		return 4
+	case record.OutcomeIncomplete:
+		return 5
 	}
-	return 5
+	return 6
 }
 
 // groupIdx is the group label of a record: its group, or why it has none.

@@ -43,6 +43,11 @@ const (
 	OutcomeReset     = "reset"
 	OutcomeTimeout   = "timeout"
 	OutcomeTruncated = "truncated"
+	// OutcomeIncomplete: the ClientHello started (a plausible header on a
+	// connection whose SYN was captured) but never completed before the
+	// connection was reset, closed, timed out or evicted. Not a server's
+	// failure.
+	OutcomeIncomplete = "incomplete"
 )
 
 // GroupMissing values: why a completed handshake (outcome ok) has no group.

@@ -172,6 +172,12 @@ func (s *Sniffer) advance(f *flow, d int, ts time.Time) {
 			case plainHTTP(st.buf):
 				s.ignore(f)
 				return
+			case st.buf[0] == tlsparse.ContentHandshake && st.buf[1] == 3 && (f.clientDir < 0 || int(f.clientDir) == d):
+				// Handshake bytes from the client that are not a
+				// ClientHello: junk (no plaintext prelude starts so).
+				s.errs[errNotClientHello]++
+				s.ignore(f)
+				return
 			default:
 				// A plaintext prelude (STARTTLS, HTTP CONNECT, a
 				// database's SSL request) may come first: look for a
@@ -193,6 +199,14 @@ func (s *Sniffer) advance(f *flow, d int, ts time.Time) {
 				s.ignore(f)
 				return
 			}
+		}
+		switch clientHelloStart(st.buf[st.tlsStart:], s.cfg.MaxStreamBytes) {
+		case helloMore:
+			return
+		case helloBad:
+			s.errs[errNotClientHello]++
+			s.ignore(f)
+			return
 		}
 		f.clientDir = int8(d)
 		f.state = stTLS
@@ -316,12 +330,11 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 	f.chDone = true
 	st.hsOff += n
 	r := f.rec
-	if b[0] != tlsparse.TypeClientHello {
+	if b[0] != tlsparse.TypeClientHello || s.ch.Parse(b[:n]) != nil {
+		// Not a real ClientHello: no record.
 		s.errs[errClientHello]++
-		return
-	}
-	if err := s.ch.Parse(b[:n]); err != nil {
-		s.errs[errClientHello]++
+		f.rec = nil
+		s.ignore(f)
 		return
 	}
 	s.fillClientHello(r, &s.ch, 't')
@@ -471,6 +484,13 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 	}
 	r := f.rec
 	s.countLost(f)
+	if !f.chDone && !f.dir[0].synSeen && !f.dir[1].synSeen {
+		// A ClientHello that never completed on a connection whose SYN
+		// was not captured: nothing shows it was a connection at all.
+		s.errs[errNoSYNIncomplete]++
+		s.drop(f)
+		return
+	}
 	switch {
 	case f.shFinal:
 		r.Outcome = record.OutcomeOK
@@ -485,16 +505,26 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 		// capture cannot tell how the handshake went, whether the flow
 		// then idled, ended or was reset.
 		r.Outcome = record.OutcomeTruncated
+	case !f.chDone && outcome != record.OutcomeTruncated:
+		// Reset, closed, timed out or evicted before the ClientHello
+		// itself completed: the client's (or the path's) doing, not a
+		// server's failure.
+		r.Outcome = record.OutcomeIncomplete
 	default:
 		r.Outcome = outcome
 	}
 	if r.Outcome == record.OutcomeOK {
 		s.explain(f, r)
 	}
+	s.drop(f)
+	s.emit(r)
+}
+
+// drop ends f's handshake without (or after) its record: a finished flow is
+// only a tombstone, its buffers dropped.
+func (s *Sniffer) drop(f *flow) {
 	f.state = stFinished
 	f.rec = nil
-	s.emit(r)
-	// Drop the buffers: a finished flow is only a tombstone.
 	f.dir[0].reset()
 	f.dir[1].reset()
 }

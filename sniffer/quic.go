@@ -8,7 +8,9 @@ import (
 
 // quicConn turns one finished QUIC connection into a record.
 func (s *Sniffer) quicConn(c *quic.Conn) {
-	if len(c.ClientHello) < 4 && !c.ClientHelloTruncated {
+	if !c.ClientHelloStarted {
+		// No ClientHello from CRYPTO offset 0: no handshake to record.
+		s.errs[errQUICNoClientHello]++
 		return
 	}
 	r := &record.Handshake{
@@ -25,10 +27,11 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 	if len(c.ClientHello) >= 4 {
 		r.ClientHelloBytes = handshakeLen(c.ClientHello)
 		if err := s.ch.Parse(c.ClientHello); err != nil {
+			// Complete but not a real ClientHello: no record.
 			s.errs[errClientHello]++
-		} else {
-			s.fillClientHello(r, &s.ch, 'q')
+			return
 		}
+		s.fillClientHello(r, &s.ch, 'q')
 	}
 	if len(c.HelloRetryRequest) >= 4 {
 		r.HRR = true
@@ -60,9 +63,12 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 	case c.Closed != "":
 		r.Outcome = record.OutcomeAlert
 		r.Alert = quicAlert(c.Closed)
-	case c.ClientHelloTruncated || s.flushing:
+	case s.flushing:
 		// The capture ended (Flush) before the ServerHello, like TCP.
 		r.Outcome = record.OutcomeTruncated
+	case c.ClientHelloTruncated:
+		// Expired or evicted before the ClientHello itself completed.
+		r.Outcome = record.OutcomeIncomplete
 	default:
 		r.Outcome = record.OutcomeTimeout
 	}

@@ -113,6 +113,9 @@ const (
 	errRecord
 	errCaptureGap
 	errSKEMissing
+	errNotClientHello
+	errNoSYNIncomplete
+	errQUICNoClientHello
 	errCount
 )
 
@@ -139,6 +142,20 @@ var errReasons = [errCount]string{
 	// was not seen (lost in a capture gap, past the stream cap, or after
 	// the flow ended): its record has group_missing "unknown".
 	errSKEMissing: "server_key_exchange_missing",
+	// A client direction whose first TLS bytes are not the header of a
+	// ClientHello of a plausible length (record type 22, version
+	// 0x0300-0x0304, handshake type 1, a length between a ClientHello's
+	// fixed fields and MaxStreamBytes): never a record.
+	errNotClientHello: "not_client_hello",
+	// A ClientHello that started on a connection whose SYN was not
+	// captured and never completed: nothing shows that the connection
+	// existed (forged segments look exactly like this), so no record.
+	errNoSYNIncomplete: "no_syn_incomplete",
+	// A QUIC connection (a client Initial that decrypted) whose CRYPTO
+	// stream never began at offset 0 with a plausible ClientHello header:
+	// never a record. Initial keys derive from the public DCID, so anyone
+	// can forge such packets.
+	errQUICNoClientHello: "quic_no_client_hello",
 }
 
 // ErrorReasons lists every reason Stats.Errors can hold, so metrics can be

@@ -307,3 +307,37 @@ func containsU32(s []uint32, v uint32) bool {
 	}
 	return false
 }
+
+// Verdicts of clientHelloStart.
+const (
+	helloMore = iota // too few bytes to tell yet
+	helloOK
+	helloBad
+)
+
+// minClientHello is the smallest ClientHello message, header included:
+// version, random, an empty session_id, one cipher suite and one
+// compression method (RFC 5246 7.4.1.2).
+const minClientHello = 4 + 2 + 32 + 1 + 2 + 2 + 1 + 1
+
+// clientHelloStart judges the first bytes of a client's TLS: a handshake
+// record (type 22) of version 0x0300-0x0304 whose first message is a
+// ClientHello (type 1) with a length a ClientHello can have, at least its
+// fixed fields and at most maxLen (the stream cap).
+func clientHelloStart(b []byte, maxLen int) int {
+	if len(b) >= 1 && b[0] != tlsparse.ContentHandshake ||
+		len(b) >= 2 && b[1] != 3 ||
+		len(b) >= 3 && b[2] > 4 {
+		return helloBad
+	}
+	if len(b) < 9 {
+		return helloMore
+	}
+	recLen := int(b[3])<<8 | int(b[4])
+	hsLen := 4 + (int(b[6])<<16 | int(b[7])<<8 | int(b[8]))
+	if recLen < 4 || recLen > tlsparse.MaxRecordLen || b[5] != tlsparse.TypeClientHello ||
+		hsLen < minClientHello || hsLen > maxLen {
+		return helloBad
+	}
+	return helloOK
+}

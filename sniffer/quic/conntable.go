@@ -74,10 +74,22 @@ type Conn struct {
 	Retry              bool   // the server sent a Retry
 	VersionNegotiation bool   // the server sent a Version Negotiation packet
 	Closed             string // CONNECTION_CLOSE error code seen in an Initial, e.g. "0x0128"
-	// ClientHelloTruncated is true when ClientHello bytes arrived but the
-	// message never completed.
+	// ClientHelloStarted is true when byte 0 of the client's CRYPTO stream
+	// was captured and begins a ClientHello (handshake type 1) of a
+	// plausible length: at least a ClientHello's fixed fields, at most
+	// MaxCryptoBytes. Without it the connection carries no handshake: a
+	// capture that began after the first Initial, or forged Initials
+	// (their keys derive from the public DCID).
+	ClientHelloStarted bool
+	// ClientHelloTruncated is true when a ClientHello started
+	// (ClientHelloStarted) but the message never completed.
 	ClientHelloTruncated bool
 }
+
+// minClientHello is the smallest ClientHello message, header included:
+// version, random, an empty session_id, one cipher suite and one
+// compression method.
+const minClientHello = 4 + 2 + 32 + 1 + 2 + 2 + 1 + 1
 
 // maxRetries is how many Retry connection IDs a connection remembers.
 const maxRetries = 4
@@ -510,7 +522,7 @@ func (t *ConnTable) clientHello(c *conn) {
 	if need == 0 {
 		return
 	}
-	if s.buf[0] != 1 { // not a ClientHello
+	if s.buf[0] != 1 || need < minClientHello { // not a ClientHello
 		t.stats[statBadHandshake]++
 		c.chDead = true
 		c.chNotHello = true
@@ -520,9 +532,11 @@ func (t *ConnTable) clientHello(c *conn) {
 	if need > s.limit {
 		t.stats[statCryptoOverflow]++
 		c.chDead = true
+		c.chNotHello = true // no ClientHello is that long
 		s.release()
 		return
 	}
+	c.pub.ClientHelloStarted = true
 	if msg != nil {
 		c.pub.ClientHello = msg
 		c.chDone = true
@@ -572,7 +586,7 @@ func (t *ConnTable) deliver(c *conn) {
 	c.done = true
 	p := c.pub
 	c.pub = nil
-	p.ClientHelloTruncated = c.chStarted && !c.chDone && !c.chNotHello
+	p.ClientHelloTruncated = p.ClientHelloStarted && !c.chDone
 	if p.FirstTS.IsZero() {
 		p.FirstTS = c.chFirstSeen
 	}
