@@ -319,6 +319,20 @@ func crash(k *Kafka) {
 	k.tr.CloseIdleConnections()
 }
 
+// waitWrittenAhead waits until n records are written ahead: within
+// SpoolAfter and a tick, and a second more for a loaded machine.
+func waitWrittenAhead(t *testing.T, k *Kafka, n uint64, after time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for k.Stats().WrittenAhead < n {
+		if time.Since(t0) > after+after/2+time.Second {
+			t.Fatalf("after %v: %+v, want all %d written ahead", time.Since(t0), k.Stats(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(t0)
+}
+
 // TestKafkaSpoolWriteAhead: with the broker down, records that wait longer
 // than SpoolAfter are in the spool; a crash (no Close) loses none of them,
 // and the next run delivers each once, in order.
@@ -336,10 +350,11 @@ func TestKafkaSpoolWriteAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(cfg.SpoolAfter + 500*time.Millisecond)
+	took := waitWrittenAhead(t, k, n, cfg.SpoolAfter)
 	if st := k.Stats(); st.WrittenAhead != n || st.Spooled != 0 || st.Queued != n {
 		t.Fatalf("stats %+v, want all %d written ahead and in memory", st, n)
 	}
+	t.Logf("all %d records in the spool %v after they were written", n, took.Round(time.Millisecond))
 	crash(k)
 	c := start()
 	k2, err := NewKafka(cfg)
@@ -376,10 +391,7 @@ func TestKafkaSpoolAckedNotRedelivered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(cfg.SpoolAfter + 500*time.Millisecond)
-	if st := k.Stats(); st.WrittenAhead != n {
-		t.Fatalf("stats %+v, want all written ahead", st)
-	}
+	waitWrittenAhead(t, k, n, cfg.SpoolAfter)
 	c := start()
 	waitDelivered(t, k, n, 10*time.Second)
 	crash(k)

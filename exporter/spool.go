@@ -63,7 +63,7 @@ type spool struct {
 	br     *bufio.Reader
 	rSeq   int64
 	rOff   int64
-	unread int64 // bytes of frames not handed out
+	unread int64 // bytes from the cursor to the tail (acknowledged frames still to skip included)
 
 	corrupt int // frames or tails lost to corruption (counted as dropped)
 	hdr     [8]byte
@@ -129,7 +129,7 @@ func openSpool(dir string, maxBytes, segBytes int64) (*spool, error) {
 		s.segs = append(s.segs, seq)
 		s.seg[seq] = sg
 		s.total += sg.size
-		s.unread += sg.size - sg.acked
+		s.unread += sg.size
 		s.nextSeq = max(s.nextSeq, seq+1)
 	}
 	slices.Sort(s.segs)
@@ -315,17 +315,18 @@ func (s *spool) next() (m qmsg, ok bool, err error) {
 			s.rSeq, s.rOff = s.segs[i], 0
 			continue
 		}
-		// Skip acknowledged spans.
-		for len(sg.skip) > 0 && sg.skip[0].off+sg.skip[0].n <= s.rOff {
+		// Skip acknowledged frames. A span that does not begin at a frame
+		// (a damaged ack file) is dropped: its frames are handed out.
+		for len(sg.skip) > 0 && sg.skip[0].off < s.rOff {
+			sg.acked -= sg.skip[0].n
 			sg.skip = sg.skip[1:]
 		}
-		if len(sg.skip) > 0 && sg.skip[0].off <= s.rOff {
-			s.rOff = sg.skip[0].off + sg.skip[0].n
+		if len(sg.skip) > 0 && sg.skip[0].off == s.rOff {
+			s.rOff += sg.skip[0].n
+			s.unread -= sg.skip[0].n
 			sg.skip = sg.skip[1:]
-			if s.r != nil {
-				_ = s.r.Close()
-				s.r = nil
-			}
+			s.closeReader()
+			continue
 		}
 		if s.rOff >= sg.size {
 			// At the end of this segment: on to the next.
@@ -358,12 +359,10 @@ func (s *spool) next() (m qmsg, ok bool, err error) {
 		}
 		// A damaged or torn frame: the rest of this segment is lost.
 		s.corrupt++
-		lost := sg.size - s.rOff
 		for _, sp := range sg.skip {
-			lost -= sp.n
 			sg.acked -= sp.n
 		}
-		s.unread = max(0, s.unread-lost)
+		s.unread -= sg.size - s.rOff
 		s.total -= sg.size - s.rOff
 		sg.size, sg.skip = s.rOff, nil
 		s.closeReader()
@@ -502,9 +501,16 @@ func (s *spool) dropIfDone(seq int64) error {
 			return err
 		}
 	}
-	if seq == s.rSeq {
+	// What the reader had still to pass in it is gone.
+	switch {
+	case s.unread == 0:
+	case seq == s.rSeq:
+		s.unread -= sg.size - s.rOff
 		s.closeReader()
+	case seq > s.rSeq:
+		s.unread -= sg.size
 	}
+	s.unread = max(s.unread, 0)
 	if sg.marks != nil {
 		_ = sg.marks.Close()
 	}
