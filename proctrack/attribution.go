@@ -34,7 +34,10 @@ type Attribution struct {
 }
 
 // NewAttribution returns the stage for tracker t, handing records to next.
+// It starts the kernel's accept events (once per tracker) unless
+// Config.NoAcceptEvents, and says which source it uses.
 func NewAttribution(t *Tracker, next func(*record.Handshake)) *Attribution {
+	t.startAccepts()
 	return &Attribution{t: t, next: next, q: make(chan attribItem, 8192), nudge: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -121,6 +124,18 @@ func (a *Attribution) Run() {
 					in = nil
 					break drain
 				}
+				// An accept event answers at once; an accept by a
+				// process not yet scanned (a new worker) waits for the
+				// scan like a quiet-period record.
+				switch a.fromAccept(it, false) {
+				case acceptFound:
+					continue
+				case acceptUnknown:
+					if len(pending) < cap(a.q) {
+						pending = append(pending, it)
+						continue
+					}
+				}
 				if a.mayBeQuiet(it) && len(pending) < cap(a.q) {
 					pending = append(pending, it)
 				} else {
@@ -186,6 +201,9 @@ func (a *Attribution) mayBeQuiet(it attribItem) bool {
 // attribute finds the generation of one record's server process; scanned
 // says a process scan has completed since the record was finished.
 func (a *Attribution) attribute(it attribItem, scanned bool) {
+	if a.fromAccept(it, true) == acceptFound {
+		return
+	}
 	r := it.r
 	server, client := addrPort(r.Server), addrPort(r.Client)
 	g, ok := (*record.Generation)(nil), false
@@ -209,6 +227,27 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 		a.t.ObserveHandshake(g, r.Group)
 	}
 	a.next(r)
+}
+
+// fromAccept attributes a TCP record from the accept index and hands it
+// on when found; last says no later attempt follows (count a process the
+// tracker does not know).
+func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
+	g, res := a.t.attributeAccept(it.r)
+	switch res {
+	case acceptFound:
+		a.t.attributed.Add(1)
+		a.t.acc.byAccept.Add(1)
+		gc := *g
+		it.r.Generation = &gc
+		a.t.ObserveHandshake(g, it.r.Group)
+		a.next(it.r)
+	case acceptUnknown:
+		if last {
+			a.t.acc.unknownPid.Add(1)
+		}
+	}
+	return res
 }
 
 func addrPort(s string) netip.AddrPort {

@@ -12,6 +12,8 @@ type Collector struct {
 	t *Tracker
 
 	info, cpu, rss, workers, handshakes, events, failed, attrib *prometheus.Desc
+
+	source, accepts, acceptEvictions, ringDrops *prometheus.Desc
 }
 
 // Collector returns the Prometheus collector of t.
@@ -40,14 +42,26 @@ func (t *Tracker) Collector() *Collector {
 			"Swaps that failed: .oldbin or [emerg] without a new master running in time.",
 			nil, nil),
 		attrib: prometheus.NewDesc("pqwatch_attributions_total",
-			"TCP handshakes by how their server process was found: quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).",
+			"TCP handshakes by how their server process was found: accept (the kernel's accept event named the process), quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).",
 			[]string{"method"}, nil),
+		source: prometheus.NewDesc("pqwatch_attribution_source_info",
+			"1 for the source attribution uses: ebpf (the kernel's accept events first), fallback (process scans and socket lookups only: eBPF unavailable or switched off; the start log says why).",
+			[]string{"source"}, nil),
+		accepts: prometheus.NewDesc("pqwatch_accept_events_total",
+			"Accept events read from the kernel (every process's accept of a TCP connection).",
+			nil, nil),
+		acceptEvictions: prometheus.NewDesc("pqwatch_accept_index_evictions_total",
+			"Accept events evicted from the bounded index, oldest first, to make room.",
+			nil, nil),
+		ringDrops: prometheus.NewDesc("pqwatch_accept_ringbuf_drops_total",
+			"Accept events the kernel dropped because the ring buffer was full.",
+			nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed, c.attrib} {
+	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed, c.attrib, c.source, c.accepts, c.acceptEvictions, c.ringDrops} {
 		ch <- d
 	}
 }
@@ -55,6 +69,15 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	t := c.t
+	if src, _ := t.AttributionSource(); src != "" {
+		for _, v := range []string{SourceEBPF, SourceFallback} {
+			ch <- prometheus.MustNewConstMetric(c.source, prometheus.GaugeValue, b2f(v == src), v)
+		}
+	}
+	as := t.AcceptStats() // before t.mu: reads the kernel's counters
+	ch <- prometheus.MustNewConstMetric(c.accepts, prometheus.CounterValue, float64(as.Events))
+	ch <- prometheus.MustNewConstMetric(c.acceptEvictions, prometheus.CounterValue, float64(as.Evictions))
+	ch <- prometheus.MustNewConstMetric(c.ringDrops, prometheus.CounterValue, float64(as.RingDrops))
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, g := range t.order {
@@ -79,7 +102,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range []struct {
 		method string
 		n      uint64
-	}{{"quiet", t.quiet.Load()}, {"socket", t.bySocket.Load()}, {"listener", t.byListener.Load()}, {"none", t.unattributed.Load()}, {"skipped", t.skipped.Load()}} {
+	}{{"accept", t.acc.byAccept.Load()}, {"quiet", t.quiet.Load()}, {"socket", t.bySocket.Load()}, {"listener", t.byListener.Load()}, {"none", t.unattributed.Load()}, {"skipped", t.skipped.Load()}} {
 		ch <- prometheus.MustNewConstMetric(c.attrib, prometheus.CounterValue, float64(m.n), m.method)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

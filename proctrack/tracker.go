@@ -91,6 +91,12 @@ type Config struct {
 	// IndexRefreshMin is the minimum period between rebuilds of the socket
 	// inode index on an Attribute miss. 10 ms by default.
 	IndexRefreshMin time.Duration
+	// NoAcceptEvents switches off attribution from the kernel's accept
+	// events (eBPF), leaving process scans and socket lookups.
+	NoAcceptEvents bool
+	// MaxAccepts bounds the index of accept events, DefaultMaxAccepts by
+	// default.
+	MaxAccepts int
 	// NginxConf, NginxPrefix and NginxPidFile are the compiled-in defaults
 	// used when a master's command line has no -c / -p and its configuration
 	// has no pid directive. Debian's by default.
@@ -247,6 +253,7 @@ type Tracker struct {
 	log   *slog.Logger
 	files *fileCache
 	diag  sockDiag
+	acc   acceptSource // the kernel's accept events, started by NewAttribution
 
 	mu          sync.RWMutex
 	btime       int64
@@ -348,6 +355,7 @@ func New(cfg Config) (*Tracker, error) {
 
 // Close releases the netlink socket and the kept-open /proc files.
 func (t *Tracker) Close() error {
+	t.acc.close()
 	t.diag.close()
 	t.mu.Lock()
 	for k, fd := range t.open {
@@ -1651,6 +1659,7 @@ type Stats struct {
 	// listening socket's owner when the connection was gone; the rest by
 	// the connection's own socket.
 	Quiet, ByListener  uint64
+	ByAccept           uint64 // the kernel's accept event named the process
 	Skipped            uint64 // NoteSkipped
 	UnknownHandshakes  uint64
 	EvictedGenerations uint64
@@ -1663,7 +1672,7 @@ func (t *Tracker) Stats() Stats {
 	return Stats{
 		Scans: t.scans, ScanErrors: t.scanErrors,
 		Attributed: t.attributed.Load(), Unattributed: t.unattributed.Load(),
-		Quiet: t.quiet.Load(), ByListener: t.byListener.Load(), Skipped: t.skipped.Load(),
+		Quiet: t.quiet.Load(), ByListener: t.byListener.Load(), ByAccept: t.acc.byAccept.Load(), Skipped: t.skipped.Load(),
 		UnknownHandshakes: t.unknownHS.Load(), EvictedGenerations: t.evicted.Load(),
 	}
 }

@@ -1,0 +1,185 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
+package proctrack
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// OpenAccepts loads and attaches the accept program and starts reading its
+// events. Its error says why accept events are unavailable (no BTF, no
+// CAP_BPF/CAP_PERFMON, no tracefs...); the caller falls back without them.
+func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return nil, fmt.Errorf("proctrack: accept events: kernel without BTF: %w", err)
+	}
+	if err := mountTracefs(cfg.TracefsDir); err != nil {
+		return nil, err
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("proctrack: accept events: %w", err)
+	}
+	k := &acceptLoaded{done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			k.close()
+		}
+	}()
+	if err := loadAcceptObjects(&k.objs, nil); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return nil, fmt.Errorf("proctrack: accept events: no CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): %w", err)
+		}
+		return nil, fmt.Errorf("proctrack: accept events: load: %w", err)
+	}
+	for _, tp := range []struct {
+		name string
+		prog *ebpf.Program
+	}{{"sys_exit_accept4", k.objs.ExitAccept4}, {"sys_exit_accept", k.objs.ExitAccept}} {
+		l, err := link.Tracepoint("syscalls", tp.name, tp.prog, nil)
+		if err != nil {
+			return nil, fmt.Errorf("proctrack: accept events: attach %s: %w", tp.name, err)
+		}
+		k.links = append(k.links, l)
+	}
+	if k.rd, err = ringbuf.NewReader(k.objs.Events); err != nil {
+		return nil, fmt.Errorf("proctrack: accept events: ring buffer: %w", err)
+	}
+	a := &Accepts{idx: newAcceptIndex(cfg.MaxEntries), kernel: k}
+	a.offset.Store(clockOffset())
+	go k.read(a)
+	return a, nil
+}
+
+// mountTracefs mounts tracefs on dir when it is not there (a fresh machine
+// or a container has an empty /sys/kernel/tracing): the tracepoints' ids are
+// read from it.
+func mountTracefs(dir string) error {
+	if dir == "" {
+		dir = "/sys/kernel/tracing"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "events")); err == nil {
+		return nil
+	}
+	if _, err := os.Stat("/sys/kernel/debug/tracing/events"); err == nil {
+		return nil
+	}
+	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("proctrack: accept events: tracefs absent and not mountable on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// clockOffset measures CLOCK_REALTIME - CLOCK_MONOTONIC, keeping the
+// tightest of a few bracketed samples.
+func clockOffset() int64 {
+	best, gap := int64(0), int64(-1)
+	for range 5 {
+		var m1, r, m2 unix.Timespec
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
+		unix.ClockGettime(unix.CLOCK_REALTIME, &r)
+		unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
+		g := m2.Nano() - m1.Nano()
+		if gap < 0 || g < gap {
+			best, gap = r.Nano()-(m1.Nano()+g/2), g
+		}
+	}
+	return best
+}
+
+// acceptLoaded is the loaded program, its links and ring buffer reader.
+type acceptLoaded struct {
+	objs  acceptObjects
+	links []link.Link
+	rd    *ringbuf.Reader
+	done  chan struct{} // closed when read returns
+	once  sync.Once
+}
+
+// eventSize is sizeof(struct event) in bpf/accept.c.
+const eventSize = 56
+
+// read indexes events until the reader is closed, re-measuring the clock
+// offset (NTP steps and slews) every 10 s.
+func (k *acceptLoaded) read(a *Accepts) {
+	defer close(k.done)
+	var rec ringbuf.Record
+	next := time.Now().Add(10 * time.Second)
+	for {
+		if err := k.rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return
+			}
+			continue
+		}
+		b := rec.RawSample
+		if len(b) < eventSize {
+			continue
+		}
+		mono := binary.LittleEndian.Uint64(b[0:])
+		tgid := binary.LittleEndian.Uint32(b[8:])
+		tid := binary.LittleEndian.Uint32(b[12:])
+		family := binary.LittleEndian.Uint16(b[16:])
+		lport := binary.LittleEndian.Uint16(b[18:])
+		rport := binary.LittleEndian.Uint16(b[20:])
+		var la, ra netip.Addr
+		switch family {
+		case unix.AF_INET:
+			la, ra = netip.AddrFrom4([4]byte(b[24:28])), netip.AddrFrom4([4]byte(b[40:44]))
+		case unix.AF_INET6:
+			la, ra = netip.AddrFrom16([16]byte(b[24:40])), netip.AddrFrom16([16]byte(b[40:56]))
+		default:
+			continue
+		}
+		a.add(netip.AddrPortFrom(la, lport), netip.AddrPortFrom(ra, rport), tgid, tid, mono)
+		if now := time.Now(); now.After(next) {
+			a.offset.Store(clockOffset())
+			next = now.Add(10 * time.Second)
+		}
+	}
+}
+
+func (k *acceptLoaded) counters() (drops, readFailures uint64) {
+	if k.objs.Counters == nil {
+		return 0, 0
+	}
+	var per []uint64
+	if k.objs.Counters.Lookup(uint32(0), &per) == nil {
+		for _, n := range per {
+			drops += n
+		}
+	}
+	if k.objs.Counters.Lookup(uint32(1), &per) == nil {
+		for _, n := range per {
+			readFailures += n
+		}
+	}
+	return drops, readFailures
+}
+
+func (k *acceptLoaded) close() error {
+	var err error
+	k.once.Do(func() {
+		for _, l := range k.links {
+			err = errors.Join(err, l.Close())
+		}
+		if k.rd != nil {
+			err = errors.Join(err, k.rd.Close())
+			<-k.done
+		}
+		err = errors.Join(err, k.objs.Close())
+	})
+	return err
+}

@@ -1,0 +1,337 @@
+package proctrack
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/record"
+)
+
+func TestAcceptIndexBound(t *testing.T) {
+	a := &Accepts{idx: newAcceptIndex(1000)}
+	server := netip.MustParseAddrPort("127.0.0.1:443")
+	for i := range 5000 {
+		c := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + i%5)}), uint16(10000+i))
+		a.add(server, c, uint32(100+i), uint32(100+i), uint64(i))
+	}
+	s := a.Stats()
+	if s.Events != 5000 || s.Entries != 1000 || s.Evictions != 4000 {
+		t.Fatalf("stats %+v, want 5000 events, 1000 entries, 4000 evictions", s)
+	}
+	old := netip.MustParseAddrPort("127.0.0.2:10000")
+	if _, ok := a.Lookup(old, server, time.Time{}); ok {
+		t.Errorf("the oldest accept is still indexed")
+	}
+	last := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, byte(2 + 4999%5)}), 10000+4999)
+	if e, ok := a.Lookup(last, server, time.Time{}); !ok || e.TGID != 5099 {
+		t.Errorf("newest: %+v %v", e, ok)
+	}
+
+	// A reused client port replaces the entry, and its old ring slot is
+	// no eviction when reached.
+	b := &Accepts{idx: newAcceptIndex(4)}
+	c := netip.MustParseAddrPort("10.0.0.1:5000")
+	b.add(server, c, 1, 1, 1)
+	b.add(server, c, 2, 2, 2)
+	for i := range 2 {
+		b.add(server, netip.AddrPortFrom(c.Addr(), uint16(6000+i)), 9, 9, 3)
+	}
+	if e, ok := b.Lookup(c, server, time.Time{}); !ok || e.TGID != 2 {
+		t.Errorf("reused port: %+v %v, want tgid 2", e, ok)
+	}
+	b.add(server, netip.MustParseAddrPort("10.0.0.1:7000"), 9, 9, 4) // wraps onto the replaced slot
+	if st := b.Stats(); st.Evictions != 0 {
+		t.Errorf("evictions %d, want 0: the slot overwritten had been replaced", st.Evictions)
+	}
+
+	// v4-mapped addresses (a dual-stack listener) match plain IPv4, and
+	// an accept before notBefore is an earlier connection.
+	mapped := netip.MustParseAddrPort("[::ffff:127.0.0.9]:443")
+	b.add(mapped, netip.MustParseAddrPort("[::ffff:127.0.0.8]:4000"), 7, 8, uint64(time.Second))
+	e, ok := b.Lookup(netip.MustParseAddrPort("127.0.0.8:4000"), netip.MustParseAddrPort("127.0.0.9:443"), time.Time{})
+	if !ok || e.TGID != 7 || e.TID != 8 {
+		t.Errorf("v4-mapped: %+v %v", e, ok)
+	}
+	if _, ok := b.Lookup(netip.MustParseAddrPort("127.0.0.8:4000"), netip.MustParseAddrPort("127.0.0.9:443"), time.Unix(2, 0)); ok {
+		t.Errorf("an accept older than notBefore matched")
+	}
+}
+
+// openAccepts opens the kernel's accept events or skips with the reason.
+func openAccepts(t *testing.T, max int) *Accepts {
+	t.Helper()
+	if err := testenv.CheckRoot(); err != nil {
+		t.Skip("needs root to load eBPF:", err)
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("needs a kernel with BTF:", err)
+	}
+	a, err := OpenAccepts(AcceptConfig{MaxEntries: max})
+	if err == ErrAcceptsUnsupported {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := a.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return a
+}
+
+// waitAccept polls the index for the connection client -> server.
+func waitAccept(a *Accepts, client, server netip.AddrPort, since time.Time) (Accept, bool) {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if e, ok := a.Lookup(client, server, since); ok {
+			return e, true
+		}
+	}
+	return Accept{}, false
+}
+
+func addrPorts(c net.Conn) (client, server netip.AddrPort) {
+	return c.LocalAddr().(*net.TCPAddr).AddrPort(), c.RemoteAddr().(*net.TCPAddr).AddrPort()
+}
+
+// acceptAll accepts and closes connections until ln is closed; the truth
+// for the accept events of a Go listener is the test's own pid.
+func acceptAll(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+func TestAcceptEventsGoListener(t *testing.T) {
+	a := openAccepts(t, 0)
+	for _, tc := range []struct{ name, listen, dial string }{
+		{"ipv4", "127.0.0.1:0", "127.0.0.1"},
+		{"ipv6", "[::1]:0", "::1"},
+		{"dual-stack listener, IPv4 client", "[::]:0", "127.0.0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", tc.listen) // "[::]:0" is dual-stack
+			if err != nil {
+				t.Skip("listen:", err)
+			}
+			defer ln.Close()
+			go acceptAll(ln)
+			port := ln.Addr().(*net.TCPAddr).Port
+			start := time.Now()
+			for i := range 20 {
+				c, err := net.Dial("tcp", net.JoinHostPort(tc.dial, strconv.Itoa(port)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				client, server := addrPorts(c)
+				e, ok := waitAccept(a, client, server, start.Add(-time.Millisecond))
+				c.Close()
+				if !ok {
+					t.Fatalf("connection %d %v -> %v: no accept event (stats %+v)", i, client, server, a.Stats())
+				}
+				if e.TGID != os.Getpid() || e.TID == 0 {
+					t.Fatalf("connection %d: tgid %d tid %d, want tgid %d", i, e.TGID, e.TID, os.Getpid())
+				}
+				if d := e.Time.Sub(start); d < -time.Millisecond || time.Since(e.Time) < -time.Millisecond {
+					t.Fatalf("connection %d: accept time %v outside [%v, now]", i, e.Time, start)
+				}
+			}
+		})
+	}
+}
+
+func TestAcceptEventsNginx(t *testing.T) {
+	a := openAccepts(t, 0)
+	if _, err := testenv.LookBin("nginx"); err != nil {
+		t.Skip(err)
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ng := testenv.StartNginx(t, testenv.NginxOptions{Listen: "127.0.0.1:" + strconv.Itoa(port), Workers: 4})
+	defer ng.Stop()
+	workers := map[int]int{}
+	start := time.Now()
+	const n = 200
+	for i := range n {
+		var client, server netip.AddrPort
+		tr := &http.Transport{
+			TLSClientConfig:   &tls.Config{InsecureSkipVerify: true},
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+				if err == nil {
+					client, server = addrPorts(c)
+				}
+				return c, err
+			},
+		}
+		resp, err := (&http.Client{Transport: tr, Timeout: 5 * time.Second}).Get(fmt.Sprintf("https://127.0.0.1:%d/", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		pid, err := strconv.Atoi(resp.Header.Get("X-Pid"))
+		if err != nil {
+			t.Fatalf("X-Pid %q", resp.Header.Get("X-Pid"))
+		}
+		e, ok := waitAccept(a, client, server, start.Add(-time.Millisecond))
+		if !ok {
+			t.Fatalf("request %d %v -> %v: no accept event (stats %+v)", i, client, server, a.Stats())
+		}
+		if e.TGID != pid {
+			t.Fatalf("request %d %v -> %v: accept by %d, served by worker %d (X-Pid)", i, client, server, e.TGID, pid)
+		}
+		workers[pid]++
+	}
+	t.Logf("%d requests, each accept event's tgid the X-Pid worker; by worker: %v; stats %+v", n, workers, a.Stats())
+}
+
+func TestAcceptIndexFlood(t *testing.T) {
+	const bound, sources, per = 1000, 5, 1000
+	a := openAccepts(t, bound)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go acceptAll(ln)
+	before := a.Stats()
+	var wg sync.WaitGroup
+	errs := make(chan error, sources)
+	for s := range sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+s))}}
+			for range per {
+				c, err := d.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					errs <- err
+					return
+				}
+				c.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Other processes accept meanwhile too: at least our accepts arrive.
+	var s AcceptStats
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if s = a.Stats(); s.Events-before.Events+s.RingDrops >= sources*per {
+			break
+		}
+	}
+	t.Logf("%d accepts from %d addresses into an index of %d: %+v", sources*per, sources, bound, s)
+	if s.Events+s.RingDrops-before.Events < sources*per {
+		t.Errorf("%d events (+%d dropped), want at least %d", s.Events-before.Events, s.RingDrops, sources*per)
+	}
+	if s.Entries > bound {
+		t.Errorf("%d entries, bound %d", s.Entries, bound)
+	}
+	if want := s.Events - bound; s.Evictions < want-uint64(sources*per/10) || s.Evictions > want {
+		t.Errorf("%d evictions, want about %d", s.Evictions, want)
+	}
+}
+
+// TestAttributionFromAccepts: records of connections to a tracked server
+// (this test process) are attributed from the accept events, after their
+// sockets closed, and the metrics say the source; with the events switched
+// off the source is the fallback.
+func TestAttributionFromAccepts(t *testing.T) {
+	openAccepts(t, 0) // skips without root or BTF
+	server, dial := goServer(t)
+	var logs strings.Builder
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	for range 2 { // the first scan discovers, the second builds the generation
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out []*record.Handshake
+	at := NewAttribution(tr, func(r *record.Handshake) { out = append(out, r) })
+	if src, reason := tr.AttributionSource(); src != SourceEBPF {
+		t.Fatalf("source %q (%s), want ebpf", src, reason)
+	}
+	go at.Run()
+	const n = 20
+	for range n {
+		start := time.Now()
+		c := dial()
+		client := c.LocalAddr().(*net.TCPAddr).AddrPort()
+		c.Close()
+		time.Sleep(2 * time.Millisecond) // the reader indexes the event
+		at.Process(&record.Handshake{Transport: record.TransportTCP, Client: client.String(), Server: server.String(), FlowStart: start})
+	}
+	at.Flush()
+	for i, r := range out {
+		if r.Generation == nil || r.Generation.WorkerPID != os.Getpid() {
+			t.Fatalf("record %d: generation %+v, want worker %d", i, r.Generation, os.Getpid())
+		}
+	}
+	if st := tr.Stats(); len(out) != n || st.ByAccept != n {
+		t.Fatalf("%d records, stats %+v: want %d by accept", len(out), st, n)
+	}
+	if !strings.Contains(logs.String(), "source=ebpf") {
+		t.Errorf("no start log naming the source: %s", logs.String())
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tr.Collector())
+	want := `
+# HELP pqwatch_attribution_source_info 1 for the source attribution uses: ebpf (the kernel's accept events first), fallback (process scans and socket lookups only: eBPF unavailable or switched off; the start log says why).
+# TYPE pqwatch_attribution_source_info gauge
+pqwatch_attribution_source_info{source="ebpf"} 1
+pqwatch_attribution_source_info{source="fallback"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pqwatch_attribution_source_info"); err != nil {
+		t.Error(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(fmt.Sprintf(`
+# HELP pqwatch_attributions_total TCP handshakes by how their server process was found: accept (the kernel's accept event named the process), quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).
+# TYPE pqwatch_attributions_total counter
+pqwatch_attributions_total{method="accept"} %d
+pqwatch_attributions_total{method="listener"} 0
+pqwatch_attributions_total{method="none"} 0
+pqwatch_attributions_total{method="quiet"} 0
+pqwatch_attributions_total{method="skipped"} 0
+pqwatch_attributions_total{method="socket"} 0
+`, n)), "pqwatch_attributions_total"); err != nil {
+		t.Error(err)
+	}
+	if lint, err := testutil.CollectAndLint(tr.Collector()); err != nil || len(lint) > 0 {
+		t.Errorf("lint: %v %v", lint, err)
+	}
+
+	off := quietTracker(t, Config{NoAcceptEvents: true, NginxComms: []string{noNginx}})
+	NewAttribution(off, func(*record.Handshake) {}).Flush()
+	if src, reason := off.AttributionSource(); src != SourceFallback || reason == "" {
+		t.Errorf("switched off: source %q reason %q", src, reason)
+	}
+}
