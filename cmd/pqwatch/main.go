@@ -19,6 +19,7 @@ usage:
   pqwatch run [flags]               live agent: AF_PACKET capture, /metrics, logs, Kafka
   pqwatch loadgen [flags]           A/B handshake load generator
   pqwatch demo                      the whole pipeline on this machine, no setup
+  pqwatch plan [flags] FILE...      fleet capacity plan from handshake records (JSONL) and loadgen costs
   pqwatch version
 
 Run 'pqwatch COMMAND -h' for a command's flags.
@@ -113,6 +114,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdLoadgen(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return cmdDemo(ctx, args[1:], stdout, stderr)
+	case "plan":
+		return cmdPlan(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "pqwatch", version())
 		return exitOK

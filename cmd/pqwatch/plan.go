@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// maxPlanLine bounds one JSONL line of plan's input.
+const maxPlanLine = 4 << 20
+
+func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("plan", "usage: pqwatch plan [flags] FILE...\n\nRead handshake records (JSONL, plain or gzip; - reads stdin) from many nodes and plan what a server policy costs: per node, per server, top SNIs.", stderr)
+	var (
+		cf     commonFlags // only -forecast-groups is registered
+		costs  listFlag
+		format string
+		out    string
+	)
+	fs.StringVar(&cf.forecast, "forecast-groups", "", "server `groups` in preference order for the plan, as in analyze (default: OpenSSL 3.5's default policy)")
+	fs.Var(&costs, "costs", "loadgen results.json as `[SERVERS=]FILE`: server CPU per handshake by group; SERVERS (address:port, comma-separated) limits it to those servers, else it applies to every server (repeatable)")
+	fs.StringVar(&format, "format", "text", "output `format`: text, json or csv")
+	fs.StringVar(&out, "o", "-", "output `FILE` (- for stdout)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	switch format {
+	case "text", "json", "csv":
+	default:
+		fmt.Fprintf(stderr, "pqwatch plan: -format must be text, json or csv, not %q\n", format)
+		return exitUsage
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "pqwatch plan: no record files given")
+		fs.Usage()
+		return exitUsage
+	}
+	policy, err := cf.policy()
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch plan:", err)
+		return exitUsage
+	}
+	var pc []report.PlanCosts
+	for _, c := range costs {
+		p, err := loadCosts(c)
+		if err != nil {
+			fmt.Fprintln(stderr, "pqwatch plan: -costs:", err)
+			return exitUsage
+		}
+		pc = append(pc, p)
+	}
+	plan := report.NewPlan(policy, pc)
+	failed := 0
+	for _, path := range fs.Args() {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := readPlanRecords(path, os.Stdin, plan); err != nil {
+			fmt.Fprintf(stderr, "pqwatch plan: %s: %v\n", path, err)
+			failed++
+		}
+	}
+	if failed == fs.NArg() {
+		return exitFailure
+	}
+	plan.Finish()
+	w, closeOut, err := openOut(out, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch plan:", err)
+		return exitFailure
+	}
+	bw := bufio.NewWriter(w)
+	switch format {
+	case "json":
+		enc := json.NewEncoder(bw)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(plan)
+	case "csv":
+		cw := csv.NewWriter(bw)
+		cw.Write(report.PlanCSVHeader)
+		cw.WriteAll(plan.CSVRows())
+		err = cw.Error()
+	default:
+		err = plan.WriteText(bw)
+	}
+	if err == nil {
+		err = bw.Flush()
+	}
+	if cerr := closeOut(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch plan:", err)
+		return exitFailure
+	}
+	if plan.Malformed > 0 {
+		fmt.Fprintf(stderr, "pqwatch plan: %d lines were not records (skipped)\n", plan.Malformed)
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "pqwatch plan: incomplete: %d of %d files could not be read (named above); the plan covers the rest\n", failed, fs.NArg())
+		return exitFailure
+	}
+	if plan.Handshakes == 0 {
+		fmt.Fprintln(stderr, "pqwatch plan: no records found")
+		return exitFailure
+	}
+	return exitOK
+}
+
+// readPlanRecords adds every record of the JSONL file path (- : stdin; gzip
+// when it starts with gzip's magic) to plan; a line that is not a record is
+// counted in plan.Malformed.
+func readPlanRecords(path string, stdin io.Reader, plan *report.Plan) error {
+	var r io.Reader = stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		r = f
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		gz, err := gzip.NewReader(br)
+		if err != nil {
+			return err
+		}
+		defer gz.Close()
+		r = gz
+	} else {
+		r = br
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxPlanLine)
+	for sc.Scan() {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		var h record.Handshake
+		if err := json.Unmarshal(line, &h); err != nil || h.Outcome == "" {
+			plan.Malformed++
+			continue
+		}
+		report.FillIDs(&h)
+		plan.Add(&h)
+	}
+	return sc.Err()
+}
+
+// loadgenResults is the part of loadgen's results.json that plan reads.
+type loadgenResults struct {
+	Summary []struct {
+		Arm                     string  `json:"arm"`
+		Rate                    float64 `json:"rate"`
+		ValidTrials             int     `json:"valid_trials"`
+		Measures                string  `json:"measures"`
+		ServerCPUUsPerHandshake *struct {
+			N    int     `json:"n"`
+			Mean float64 `json:"mean"`
+			Min  float64 `json:"min"`
+			Max  float64 `json:"max"`
+		} `json:"server_cpu_us_per_handshake"`
+	} `json:"summary"`
+}
+
+// loadCosts reads -costs [SERVERS=]FILE. Each summary row with a measured
+// server CPU gives its group's cost; several rows for one group (several
+// rates) are pooled: the mean weighted by trials, the smallest min and the
+// largest max.
+func loadCosts(spec string) (report.PlanCosts, error) {
+	var pc report.PlanCosts
+	path := spec
+	if servers, file, ok := strings.Cut(spec, "="); ok && strings.Contains(servers, ":") && !strings.Contains(servers, "/") {
+		path = file
+		for _, s := range strings.Split(servers, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				pc.Servers = append(pc.Servers, s)
+			}
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return pc, err
+	}
+	var res loadgenResults
+	if err := json.Unmarshal(b, &res); err != nil {
+		return pc, fmt.Errorf("%s: %w", path, err)
+	}
+	groups := map[string]report.GroupCost{}
+	for _, s := range res.Summary {
+		c := s.ServerCPUUsPerHandshake
+		if c == nil || c.N == 0 || s.Measures == "" {
+			continue
+		}
+		g, ok := tlsparse.ParseGroup(s.Measures)
+		if !ok {
+			return pc, fmt.Errorf("%s: arm %s measures unknown group %q", path, s.Arm, s.Measures)
+		}
+		name := g.String()
+		old, seen := groups[name]
+		if !seen {
+			groups[name] = report.GroupCost{Mean: c.Mean, Min: c.Min, Max: c.Max, Trials: c.N}
+			continue
+		}
+		n := old.Trials + c.N
+		groups[name] = report.GroupCost{
+			Mean: (old.Mean*float64(old.Trials) + c.Mean*float64(c.N)) / float64(n),
+			Min:  min(old.Min, c.Min), Max: max(old.Max, c.Max), Trials: n,
+		}
+	}
+	if len(groups) == 0 {
+		return pc, errors.New(path + ": no arm with a measured server CPU per handshake")
+	}
+	pc.Table, err = report.NewCostTable(path, groups)
+	return pc, err
+}
