@@ -337,3 +337,60 @@ func TestPlanDocFlags(t *testing.T) {
 		}
 	}
 }
+
+// `-` reads records from stdin, gzip too.
+func TestPlanStdin(t *testing.T) {
+	lines := captureJSONL(t)
+	path := filepath.Join(t.TempDir(), "all.jsonl.gz")
+	writeFile(t, path, lines, true)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	old := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = old }()
+	pl := planJSON(t, "-")
+	if got := num(t, pl, "handshakes"); got != float64(len(lines)) {
+		t.Errorf("handshakes %v, want %d", got, len(lines))
+	}
+	if got := num(t, pl, "records_without_node"); got != float64(len(lines)) {
+		t.Errorf("records_without_node %v, want %d", got, len(lines))
+	}
+}
+
+// Under other policies too (hybrid first, classical only, OpenSSL 3.0's
+// rule), plan's forecast of the two node files is analyze's.
+func TestPlanForecastPolicies(t *testing.T) {
+	lines := captureJSONL(t)
+	var a, b []string
+	for i, l := range lines {
+		if i%2 == 0 {
+			a = append(a, withFields(l, `"node":"node-a",`))
+		} else {
+			b = append(b, withFields(l, `"node":"node-b",`))
+		}
+	}
+	dir := t.TempDir()
+	fa, fb := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+	writeFile(t, fa, a, false)
+	writeFile(t, fb, b, false)
+	for _, policy := range []string{"X25519MLKEM768,x25519,secp256r1", "x25519,secp256r1", "openssl3.0=x25519,X25519MLKEM768,secp384r1", "secp384r1,X25519MLKEM768"} {
+		code, out, stderr := run(t, "analyze", "-format", "json", "-forecast-groups", policy, filepath.Join("..", "..", "testdata", "handshakes.pcap"))
+		if code != exitOK {
+			t.Fatalf("analyze exits %d: %s", code, stderr)
+		}
+		var an map[string]any
+		if err := json.Unmarshal([]byte(out), &an); err != nil {
+			t.Fatal(err)
+		}
+		af, pf := an["forecast"].(map[string]any), planJSON(t, "-forecast-groups", policy, fa, fb)["forecast"].(map[string]any)
+		for k, av := range af {
+			if !reflect.DeepEqual(av, pf[k]) {
+				t.Errorf("%s: forecast.%s: analyze %v, plan %v", policy, k, av, pf[k])
+			}
+		}
+		t.Logf("%s: pq %v hrr %v classical %v loses_pq %v fail %v, growth %v bytes", policy, pf["pq"], pf["hrr"], pf["classical"], pf["loses_pq"], pf["fail"], pf["total_server_hello_growth_bytes"])
+	}
+}
