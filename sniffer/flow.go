@@ -162,6 +162,12 @@ func (s *Sniffer) advance(f *flow, d int, ts time.Time) {
 			switch {
 			case looksLikeHello(st.buf, false):
 				st.tlsStart = 0
+			case looksLikeHello(st.buf, true) && int(f.clientDir) == d:
+				// A ServerHello (or alert) from the side that sent the
+				// SYN: not a handshake.
+				s.errs[errNotClientHello]++
+				s.ignore(f)
+				return
 			case looksLikeHello(st.buf, true):
 				// Server bytes seen before any client bytes: wait for
 				// the client's ClientHello to decide.
