@@ -175,13 +175,15 @@ func New(cfg Config) (a *Agent, err error) {
 		}
 	}()
 	pc := pipeline.Config{Logger: cfg.Logger, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
+	var logPID *proctrack.LogPID // $pid attribution after the log join
 	if cfg.TrackProcesses {
 		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms})
 		if err != nil {
 			a.log.Warn("process tracking disabled", "err", err)
 		} else {
 			a.procs = pt
-			a.reg.MustRegister(pt.Collector())
+			logPID = proctrack.NewLogPID(pt)
+			a.reg.MustRegister(pt.Collector(), logPID)
 			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
 				a.attrib = proctrack.NewAttribution(pt, next)
 				return a.attrib
@@ -193,12 +195,8 @@ func New(cfg Config) (a *Agent, err error) {
 			a.joiner = logjoin.New(logjoin.Options{Emit: next})
 			return a.joiner
 		})
-		if a.procs != nil {
-			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
-				lp := proctrack.NewLogPID(a.procs, next)
-				a.reg.MustRegister(lp)
-				return lp
-			})
+		if lp := logPID; lp != nil {
+			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage { return lp.Then(next) })
 		}
 		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
 			return &joinCheck{next: next, metrics: a.metrics, log: a.log}

@@ -22,11 +22,18 @@ type LogPID struct {
 	desc      *prometheus.Desc
 }
 
-// NewLogPID returns the stage for tracker t, handing records to next.
-func NewLogPID(t *Tracker, next func(*record.Handshake)) *LogPID {
-	return &LogPID{t: t, next: next, desc: prometheus.NewDesc("pqwatch_attributions_from_log_total",
+// NewLogPID returns the stage for tracker t; Then says where it hands
+// records. Its counters exist (at zero) from the start, with or without a log.
+func NewLogPID(t *Tracker) *LogPID {
+	return &LogPID{t: t, desc: prometheus.NewDesc("pqwatch_attributions_from_log_total",
 		"TCP handshakes the attribution left without a server generation that the joined nginx access-log line's $pid attributed (result found), or whose $pid names no tracked process (result unknown_pid).",
 		[]string{"result"}, nil)}
+}
+
+// Then sets the step after this one and returns the stage.
+func (s *LogPID) Then(next func(*record.Handshake)) *LogPID {
+	s.next = next
+	return s
 }
 
 // Flush implements the stage; LogPID holds nothing.

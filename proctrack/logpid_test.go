@@ -21,7 +21,7 @@ func TestLogPID(t *testing.T) {
 	tr, _ := startTracker(t)
 	gen := genByMaster(t, tr, master, 2)
 	var out []*record.Handshake
-	s := NewLogPID(tr, func(r *record.Handshake) { out = append(out, r) })
+	s := NewLogPID(tr).Then(func(r *record.Handshake) { out = append(out, r) })
 	for _, w := range gen.Workers {
 		s.Process(&record.Handshake{Transport: record.TransportTCP, Group: "x25519", Log: &record.Log{Source: "nginx", PID: w}})
 	}
