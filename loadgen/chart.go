@@ -104,7 +104,7 @@ func armNames(res *Results) []string {
 // line per trial coloured by arm, with scenario events as vertical markers.
 func latencyChart(res *Results) []byte {
 	var s svg
-	s.open("Latency over time (max per 100 ms, from intended send time)")
+	s.open("Latency over time (max per 100 ms, from intended send time; dashed: invalid trial)")
 	var tMax, yMax float64
 	for _, t := range res.Trials {
 		for _, b := range t.Timeline {
@@ -131,8 +131,12 @@ func latencyChart(res *Results) []byte {
 			pts = append(pts, fmt.Sprintf("%.1f,%.1f", xm(b.Offset+binWidth.Seconds()/2), ym(b.MaxMS)))
 		}
 		if len(pts) > 0 {
-			s.f(`<polyline fill="none" stroke="%s" stroke-width="1.2" points="%s"/>`+"\n",
-				palette[ai[t.Arm]%len(palette)], strings.Join(pts, " "))
+			dash := ""
+			if !t.Valid {
+				dash = ` stroke-dasharray="3,3" stroke-opacity="0.6"`
+			}
+			s.f(`<polyline fill="none" stroke="%s" stroke-width="1.2"%s points="%s"><title>trial %d %s@%g%s</title></polyline>`+"\n",
+				palette[ai[t.Arm]%len(palette)], dash, strings.Join(pts, " "), t.ID, esc(t.Arm), t.Rate, esc(invalidSuffix(t)))
 		}
 		// Window start marker (warm-up excluded before it).
 		ws := t.WindowStart.Sub(res.Started).Seconds()
@@ -157,15 +161,26 @@ func latencyChart(res *Results) []byte {
 	return s.close()
 }
 
-// categoryChart draws one column per arm@rate: a dot per trial, a bar at
-// the mean and a whisker from min to max; ref draws a reference tick.
-func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (float64, bool), ref func(rate float64) float64) []byte {
+// categoryChart draws one column per arm@rate: a dot per valid trial, a
+// bar at their mean and a whisker from min to max, and a hollow grey ring
+// per invalid trial (not in the mean, its reasons in the tooltip); ref
+// draws a reference tick, and second, when set, a small cross per trial
+// for a second quantity (secondLabel in the legend).
+func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (float64, bool), ref func(rate float64) float64,
+	second func(*TrialResult) float64, secondLabel string) []byte {
 	var s svg
 	s.open(title)
+	type point struct {
+		v      float64
+		second float64
+		why    string
+	}
 	type cat struct {
-		arm  string
-		rate float64
-		vals []float64
+		arm     string
+		rate    float64
+		vals    []float64
+		invalid []point
+		seconds []float64
 	}
 	var cats []*cat
 	find := func(arm string, rate float64) *cat {
@@ -182,7 +197,16 @@ func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (f
 	for _, t := range res.Trials {
 		c := find(t.Arm, t.Rate)
 		if v, ok := val(t); ok {
-			c.vals = append(c.vals, v)
+			if t.Valid {
+				c.vals = append(c.vals, v)
+			} else {
+				c.invalid = append(c.invalid, point{v: v, why: strings.Join(t.InvalidReasons, "; ")})
+			}
+			yMax = max(yMax, v)
+		}
+		if second != nil {
+			v := second(t)
+			c.seconds = append(c.seconds, v)
 			yMax = max(yMax, v)
 		}
 		if ref != nil {
@@ -208,6 +232,16 @@ func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (f
 			y := ym(ref(c.rate))
 			s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black" stroke-dasharray="4,2"/>`+"\n", cx-w*0.4, y, cx+w*0.4, y)
 		}
+		for k, p := range c.invalid {
+			dx := (float64(k) - float64(len(c.invalid)-1)/2) * 7
+			s.f(`<circle cx="%.1f" cy="%.1f" r="4" fill="none" stroke="#888" stroke-width="1.5"><title>invalid trial, not in the mean: %.2f: %s</title></circle>`+"\n",
+				cx+w*0.25+dx, ym(p.v), p.v, esc(p.why))
+		}
+		for k, v := range c.seconds {
+			dx := (float64(k) - float64(len(c.seconds)-1)/2) * 6
+			x, y := cx-w*0.25+dx, ym(v)
+			s.f(`<path d="M%.1f %.1fl5 5m0 -5l-5 5" stroke="#555" stroke-width="1.2"><title>%s: %.2f</title></path>`+"\n", x-2.5, y-2.5, esc(secondLabel), v)
+		}
 		if len(c.vals) == 0 {
 			continue
 		}
@@ -222,7 +256,17 @@ func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (f
 		}
 		s.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11">%.1f</text>`+"\n", cx, ym(sp.Max)-6, sp.Mean)
 	}
-	s.legend(armNames(res))
+	names := armNames(res)
+	s.legend(names)
+	y := padT + 10 + float64(len(names))*18 + 10
+	x := float64(chartW) - padR + 15
+	s.f(`<circle cx="%g" cy="%g" r="4" fill="none" stroke="#888" stroke-width="1.5"/>`+"\n", x+6, y-4)
+	s.f(`<text x="%g" y="%g" font-size="10">invalid trial</text>`+"\n", x+18, y)
+	if second != nil {
+		y += 18
+		s.f(`<path d="M%g %gl5 5m0 -5l-5 5" stroke="#555" stroke-width="1.2"/>`+"\n", x+3.5, y-6.5)
+		s.f(`<text x="%g" y="%g" font-size="10">%s</text>`+"\n", x+18, y, esc(secondLabel))
+	}
 	return s.close()
 }
 
@@ -234,21 +278,32 @@ func cpuChart(res *Results) []byte {
 		server = server || t.ServerCPUUsPerHandshake != nil
 	}
 	if server {
-		return categoryChart(res, "Server CPU per handshake (dots: trials; bar: mean; line: min-max)", "µs CPU per handshake",
+		return categoryChart(res, "Server CPU per completed handshake (schedstat; dots: valid trials; bar: their mean; line: min-max)",
+			"server µs CPU per completed handshake",
 			func(t *TrialResult) (float64, bool) {
 				if t.ServerCPUUsPerHandshake == nil {
 					return 0, false
 				}
 				return *t.ServerCPUUsPerHandshake, true
-			}, nil)
+			}, nil, nil, "")
 	}
-	return categoryChart(res, "Client CPU per handshake (no server process named)", "µs CPU per handshake",
-		func(t *TrialResult) (float64, bool) { return t.ClientCPUUsPerHandshake, true }, nil)
+	return categoryChart(res, "Client CPU per completed handshake (no server process measured)", "client µs CPU per completed handshake",
+		func(t *TrialResult) (float64, bool) { return t.ClientCPUUsPerHandshake, true }, nil, nil, "")
 }
 
-// rateChart shows the achieved rate per trial against the target (dashed).
+// rateChart shows per trial the completed rate (the server's handshake
+// throughput) against the target (dashed), with the sent rate as crosses.
 func rateChart(res *Results) []byte {
-	return categoryChart(res, "Rate achieved (dashed: target)", "completed handshakes/s",
-		func(t *TrialResult) (float64, bool) { return t.RateAchieved, true },
-		func(rate float64) float64 { return rate })
+	return categoryChart(res, "Completed handshakes per second (OK responses that ended in the window; dashed: target)",
+		"completed handshakes/s",
+		func(t *TrialResult) (float64, bool) { return t.RateCompleted, true },
+		func(rate float64) float64 { return rate },
+		func(t *TrialResult) float64 { return t.RateAchieved }, "sent OK/s")
+}
+
+func invalidSuffix(t *TrialResult) string {
+	if t.Valid {
+		return ""
+	}
+	return " INVALID: " + strings.Join(t.InvalidReasons, "; ")
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,12 +17,20 @@ import (
 	"time"
 )
 
+// RequestHeader is the header every request carries to name itself:
+// "t<trial id> s<seq> window" (or "warmup"), the trial's position in the
+// run's order and the request's sequence number in the trial, as in
+// results.json and requests.csv. Log it (nginx: $http_x_loadgen_request)
+// to join the server's lines with loadgen's.
+const RequestHeader = "X-Loadgen-Request"
+
 // Request is the outcome of one request: one new TCP connection, one full
 // TLS 1.3 handshake and one HTTP/1.1 GET.
 type Request struct {
 	Arm      string        `json:"arm"`
 	Rate     float64       `json:"rate"`
 	Trial    int           `json:"trial"`
+	TrialID  int           `json:"trial_id"` // the trial's position in the run's order
 	Seq      int           `json:"seq"`
 	Warmup   bool          `json:"warmup"`
 	Intended time.Time     `json:"intended"` // when the schedule said to send
@@ -77,7 +86,7 @@ func newRequester(c *Config, arm Arm) *requester {
 		path = "/"
 	}
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + hostHeader +
-		"\r\nUser-Agent: pqwatch-loadgen\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+		"\r\nUser-Agent: pqwatch-loadgen\r\nAccept: */*\r\nConnection: close\r\n" + RequestHeader + ": "
 	return &requester{
 		target:  c.Target,
 		tlsConf: tc,
@@ -114,7 +123,14 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	cs := tc.ConnectionState()
 	r.Group = GroupName(cs.CurveID)
 	r.HRR = cs.HelloRetryRequest
-	if _, err := tc.Write(q.req); err != nil {
+	// The request names itself, so that a server's access log can be
+	// joined with requests.csv: "t<trial id> s<seq> window|warmup".
+	part := "window"
+	if r.Warmup {
+		part = "warmup"
+	}
+	req := fmt.Appendf(q.req[:len(q.req):len(q.req)], "t%d s%d %s\r\n\r\n", r.TrialID, r.Seq, part)
+	if _, err := tc.Write(req); err != nil {
 		r.fail("write", err)
 		return
 	}

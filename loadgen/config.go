@@ -3,8 +3,11 @@
 // connection and one HTTP/1.1 GET per request, for several arms that differ
 // only in the key exchange groups they offer. Latency is measured from the
 // intended send time, so a stalled server cannot hide behind coordinated
-// omission. Server CPU per handshake comes from /proc (see ServerCPU), the
-// client's own from getrusage. Optional nginx scenarios (binary swap, reload,
+// omission. Server CPU per handshake comes from the scheduler's run time of
+// every thread of the processes that own the target's listening socket (see
+// ServerCPU), the client's own from getrusage. A trial whose sender lagged,
+// whose completed count fell short of its schedule or whose requests failed
+// is marked invalid and left out of ratios and ceilings. Optional nginx scenarios (binary swap, reload,
 // rollback) send signals under load and verify each step from the process
 // table. Results go to results.json, requests.csv, trials.csv, SVG charts
 // and a Markdown summary.
@@ -32,6 +35,9 @@ var (
 	// ErrFailed marks a run in which no measured request of any arm
 	// succeeded. Run returns it (wrapped) together with its Results.
 	ErrFailed = errors.New("loadgen: every request failed")
+	// ErrNoValidTrial marks a run in which some arm has no valid trial.
+	// Run returns it (wrapped) together with its Results.
+	ErrNoValidTrial = errors.New("loadgen: no valid trial")
 	// ErrOutput marks a failure to write the output directory.
 	ErrOutput = errors.New("loadgen: output")
 )
@@ -58,10 +64,24 @@ type Config struct {
 	Timeout     time.Duration // per request
 	MaxInFlight int           // open requests at most; when full, sends are late (and latency shows it)
 
-	ServerPIDs     []int    // server processes (their descendants included)
-	ServerNames    []string // server processes by comm
-	ProcRoot       string   // default "/proc"
+	// The server whose CPU is measured: by default the processes that own
+	// the target's listening socket (unless NoServerSocket). ServerPIDs
+	// widen that set (with their descendants), ServerNames narrow it by
+	// comm (or, when no owner is found here, select by name).
+	ServerPIDs     []int
+	ServerNames    []string
+	NoServerSocket bool
+	ProcRoot       string // default "/proc"
 	SampleInterval time.Duration
+
+	// A trial is invalid when the p99 of its send lag exceeds MaxSendLag
+	// (default 10 ms), when the requests that completed OK in its window
+	// fall short of those scheduled in it by more than MaxShortfall
+	// (default 0.01), or when errors (timeouts included) exceed
+	// MaxErrorRate of its requests (default 0.001). Negative disables.
+	MaxSendLag   time.Duration
+	MaxShortfall float64
+	MaxErrorRate float64
 
 	Scenario Scenario
 
@@ -127,6 +147,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SampleInterval <= 0 {
 		c.SampleInterval = 50 * time.Millisecond
+	}
+	if c.MaxSendLag == 0 {
+		c.MaxSendLag = 10 * time.Millisecond
+	}
+	if c.MaxShortfall == 0 {
+		c.MaxShortfall = 0.01
+	}
+	if c.MaxErrorRate == 0 {
+		c.MaxErrorRate = 0.001
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -41,23 +41,20 @@ func mustArms(t testing.TB, specs ...string) []Arm {
 	return arms
 }
 
-// checkAB asserts the Must-show properties of an A/B run: achieved rate
-// within 1% of target, zero errors, each arm's negotiated group as
-// expected for 100% of requests, no HRR, and a CPU figure per trial.
+// checkAB asserts the Must-show properties of an A/B run: every trial
+// valid (sender on schedule, completed within 1% of the schedule, no
+// errors), each arm's negotiated group as expected for 100% of requests,
+// no HRR, and a CPU figure per trial.
 func checkAB(t *testing.T, res *Results, want map[string]string, server bool) {
 	t.Helper()
 	for _, tr := range res.Trials {
+		t.Logf("trial %d %s: valid %v %v; completed %d of %d, send lag p99 %.2f ms max %.2f ms", tr.ID, tr.Arm, tr.Valid, tr.InvalidReasons,
+			tr.Completed, tr.Requests, tr.SendLagMS.P99, tr.SendLagMS.Max)
+		if !tr.Valid {
+			t.Errorf("trial %d %s invalid: %v", tr.ID, tr.Arm, tr.InvalidReasons)
+		}
 		if tr.Errors != 0 {
 			t.Errorf("trial %d %s: %d errors %v", tr.ID, tr.Arm, tr.Errors, tr.ErrorReasons)
-		}
-		if dev := math.Abs(tr.RateAchieved-tr.RateTarget) / tr.RateTarget; dev > 0.01 && tr.SendLagMS.Max > maxSendLagMS {
-			// The generator itself reports that it was starved of CPU
-			// (the test machine is shared): the rate figure is honest
-			// but says nothing about loadgen.
-			t.Logf("trial %d %s: achieved %.2f/s vs %.0f/s, but the sender lagged up to %.1f ms: machine overloaded, rate not checked",
-				tr.ID, tr.Arm, tr.RateAchieved, tr.RateTarget, tr.SendLagMS.Max)
-		} else if dev > 0.01 {
-			t.Errorf("trial %d %s: achieved %.2f/s vs target %.0f/s (%.2f%%)", tr.ID, tr.Arm, tr.RateAchieved, tr.RateTarget, dev*100)
 		}
 		if len(tr.Groups) != 1 || tr.Groups[want[tr.Arm]] != tr.OK || tr.OK != tr.Requests || tr.OK == 0 {
 			t.Errorf("trial %d %s: groups %v of %d requests, want all %s", tr.ID, tr.Arm, tr.Groups, tr.Requests, want[tr.Arm])
@@ -75,10 +72,60 @@ func checkAB(t *testing.T, res *Results, want map[string]string, server bool) {
 			srv = fmt.Sprintf("%.1f ± %.1f (min %.1f max %.1f, n=%d)", s.ServerCPUUsPerHandshake.Mean,
 				s.ServerCPUUsPerHandshake.StdDev, s.ServerCPUUsPerHandshake.Min, s.ServerCPUUsPerHandshake.Max, s.ServerCPUUsPerHandshake.N)
 		}
-		t.Logf("arm %-9s @%g/s: achieved %.1f/s, groups %v, server CPU µs/hs %s, ceiling %.0f/s, client CPU µs/hs %.1f ± %.1f, ratio %.3f, p50 %.3f ms p99 %.3f ms",
-			s.Arm, s.Rate, s.RateAchieved.Mean, s.Groups, srv, s.CeilingPerSecond, s.ClientCPUUsPerHandshake.Mean,
-			s.ClientCPUUsPerHandshake.StdDev, s.CostRatio, s.P50MS, s.P99MS)
+		t.Logf("arm %-9s @%g/s: completed %.1f/s, groups %v, server CPU µs/hs %s, ceiling %.0f/s, client CPU µs/hs %.1f ± %.1f, ratio %.3f, p50 %.3f p95 %.3f p99 %.3f ms %s",
+			s.Arm, s.Rate, s.RateCompleted.Mean, s.Groups, srv, s.CeilingPerSecond, s.ClientCPUUsPerHandshake.Mean,
+			s.ClientCPUUsPerHandshake.StdDev, s.CostRatio, s.P50MS, s.P95MS, s.P99MS, s.Note)
 	}
+}
+
+// runAB is c.Run, retried while the machine starved it (retryLagged).
+// Invalid trials are left to checkAB to report.
+func runAB(t *testing.T, c *Config) *Results {
+	t.Helper()
+	res, err := retryLagged(t, func() (*Results, error) { return c.Run(context.Background()) })
+	if err != nil && !errors.Is(err, ErrNoValidTrial) {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// mainResult is one run of Main with -out.
+type mainResult struct {
+	code           int
+	stdout, stderr string
+	res            *Results
+	out            string
+}
+
+// runMain runs Main with args and -out DIR, retried while the machine
+// starved it (see starved); when the last attempt was starved too, the
+// test is skipped. before runs before each attempt.
+func runMain(t *testing.T, args []string, before func()) mainResult {
+	t.Helper()
+	var m mainResult
+	for attempt := 1; attempt <= 3; attempt++ {
+		if before != nil {
+			before()
+		}
+		var stdout, stderr strings.Builder
+		m = mainResult{out: t.TempDir(), res: new(Results)}
+		m.code = Main(context.Background(), append(slices.Clip(args), "-out", m.out), &stdout, &stderr)
+		m.stdout, m.stderr = stdout.String(), stderr.String()
+		b, err := os.ReadFile(filepath.Join(m.out, FileResults))
+		if err != nil {
+			t.Fatalf("exit %d, no results: %v\n%s", m.code, err, m.stderr)
+		}
+		if err := json.Unmarshal(b, m.res); err != nil {
+			t.Fatal(err)
+		}
+		if m.code == 0 || !starved(m.res) {
+			return m
+		}
+		t.Logf("attempt %d: the machine starved loadgen (load average %s):\n%s", attempt, loadavg(), m.stderr)
+		time.Sleep(time.Duration(attempt) * time.Second)
+	}
+	skipIfStarved(t, m.res)
+	return m
 }
 
 func checkOutputs(t *testing.T, dir string) {
@@ -124,10 +171,7 @@ func TestABGoServer(t *testing.T) {
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
 		ServerPIDs: []int{pid}, OutDir: out, KeepRequests: true,
 	}
-	res, err := c.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runAB(t, c)
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
 	checkOutputs(t, out)
 	if d := os.Getenv("LOADGEN_KEEP_OUT"); d != "" {
@@ -170,7 +214,7 @@ func TestCoordinatedOmission(t *testing.T) {
 				stallAt.Store(time.Now().UnixNano())
 			}()
 			res, err := c.Run(context.Background())
-			if err != nil {
+			if err != nil && !errors.Is(err, ErrNoValidTrial) { // a closed-loop sender lags, rightly
 				t.Fatal(err)
 			}
 			tr := res.Trials[0]
@@ -198,12 +242,9 @@ func TestABNginx(t *testing.T) {
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
 		ServerPIDs: []int{n.master}, OutDir: out,
 	}
-	res, err := c.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runAB(t, c)
 	// Debian's OpenSSL 3.0 has no ML-KEM: the hybrid arm falls back to its
-	// x25519 share, without a HelloRetryRequest.
+	// x25519 share, without a HelloRetryRequest (and is flagged for it).
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "x25519", "p256": "secp256r1"}, true)
 	checkOutputs(t, out)
 	for _, tr := range res.Trials {
@@ -221,10 +262,7 @@ func TestABCaddy(t *testing.T) {
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
 		ServerPIDs: []int{cd.pid}, OutDir: t.TempDir(),
 	}
-	res, err := c.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runAB(t, c)
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
 }
 
@@ -253,26 +291,34 @@ func TestCaddySelfSigned(t *testing.T) {
 		t.Errorf("summary has no Failures section:\n%s", stdout.String())
 	}
 
-	stdout.Reset()
-	stderr.Reset()
-	out := t.TempDir()
-	code = Main(context.Background(), append(args, "-insecure", "-out", out), &stdout, &stderr)
-	if code != 0 {
-		t.Fatalf("with -insecure: exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	// With -insecure: both arms valid, their groups as configured, and
+	// every figure as Caddy's access log and the test's own schedstat
+	// reading of Caddy have it. No -server-pid: loadgen finds Caddy as the
+	// owner of the listening socket.
+	cpu := startSchedSampler(func() []int { return []int{cd.pid} })
+	m := runMain(t, append(args, "-insecure"), func() { _ = os.Truncate(cd.accessLog, 0) })
+	cpu.Stop()
+	res := m.res
+	if m.code != 0 {
+		t.Fatalf("with -insecure: exit %d\n%s\n%s", m.code, m.stdout, m.stderr)
 	}
-	var res Results
-	b, _ := os.ReadFile(filepath.Join(out, FileResults))
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
+	t.Logf("\n%s", m.stdout)
 	want := map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768"}
 	for _, tr := range res.Trials {
-		if tr.Errors != 0 || tr.OK == 0 || tr.Groups[want[tr.Arm]] != tr.OK {
-			t.Errorf("trial %d %s: ok %d errors %d groups %v, want all %s", tr.ID, tr.Arm, tr.OK, tr.Errors, tr.Groups, want[tr.Arm])
+		if !tr.Valid || tr.Errors != 0 || tr.OK == 0 || tr.Groups[want[tr.Arm]] != tr.OK || tr.GroupMismatch != "" {
+			t.Errorf("trial %d %s: valid %v %v, ok %d errors %d groups %v, want all %s", tr.ID, tr.Arm, tr.Valid, tr.InvalidReasons,
+				tr.OK, tr.Errors, tr.Groups, want[tr.Arm])
 		}
 	}
-	if len(res.Failures) != 0 {
-		t.Errorf("failures with -insecure: %v", res.Failures)
+	if len(res.Failures) != 0 || len(res.Warnings) != 0 {
+		t.Errorf("failures %v, warnings %q", res.Failures, res.Warnings)
+	}
+	// Caddy does not log the group: counts from its log, groups from the
+	// client side only here (TestFiguresNginx checks them against nginx's
+	// $ssl_curve).
+	checkFigures(t, res, readCaddyLog(t, cd.accessLog), cpu, []int{cd.pid})
+	if s := res.Summary; len(s) != 2 || s[1].CostRatio <= 0 || s[1].ServerCPUUsPerHandshake == nil {
+		t.Errorf("summary %+v", s)
 	}
 }
 
@@ -305,7 +351,7 @@ func TestSwapNginx(t *testing.T) {
 	for _, e := range res.Events {
 		t.Logf("t=%.3fs %-18s pid %d ok=%v %s", e.Offset, e.Step, e.PID, e.OK, e.Detail)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNoValidTrial) { // the scenario is under test here, not the trial's validity
 		t.Fatalf("%v\n%s", err, n.errorLog())
 	}
 	if res.ScenarioStatus != "ok" || len(res.Events) != 3 {
@@ -391,7 +437,7 @@ func TestRollbackNginx(t *testing.T) {
 	for _, e := range res.Events {
 		t.Logf("t=%.3fs %-18s pid %d ok=%v %s", e.Offset, e.Step, e.PID, e.OK, e.Detail)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNoValidTrial) {
 		t.Fatal(err)
 	}
 	if res.Scenarios[0].NewMaster != n.master {
@@ -415,7 +461,7 @@ func TestH2LoadCompare(t *testing.T) {
 		Rates: []float64{200}, Duration: 1500 * time.Millisecond, Warmup: 200 * time.Millisecond, Trials: 1,
 	}
 	res, err := c.Run(context.Background())
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNoValidTrial) {
 		t.Fatal(err)
 	}
 	cmp, err := CompareH2Load(context.Background(), c, res, h2load)
@@ -433,21 +479,193 @@ func TestH2LoadCompare(t *testing.T) {
 // -h2load, and checks the files and the exit code.
 func TestMainEndToEnd(t *testing.T) {
 	addr, pid, certFile := startHelperServer(t)
-	out := t.TempDir()
 	args := []string{"-target", addr, "-sni", "localhost", "-ca", certFile,
 		"-arm", "classical=x25519", "-arm", "hybrid=X25519MLKEM768,x25519",
 		"-rates", "100", "-duration", "0.5", "-warmup", "0.1", "-trials", "1", "-arrival", "poisson",
-		"-server-pid", fmt.Sprint(pid), "-out", out, "-fail-on-errors"}
+		"-server-pid", fmt.Sprint(pid), "-fail-on-errors"}
 	if _, err := os.Stat("/usr/bin/h2load"); err == nil {
 		args = append(args, "-h2load", "/usr/bin/h2load")
 	}
+	m := runMain(t, args, nil)
+	if m.code != 0 {
+		t.Fatalf("exit %d: %s", m.code, m.stderr)
+	}
+	checkOutputs(t, m.out)
+	if !strings.Contains(m.stdout, "| hybrid |") {
+		t.Fatalf("stdout: %s", m.stdout)
+	}
+	t.Log("\n" + m.stdout + m.stderr)
+}
+
+// checkFigures checks the figures of res against readings loadgen did not
+// make: the server's access log (lines per trial, window and warm-up apart,
+// and the group when the server logs it), and the test's own schedstat
+// reading of the server's processes (serverPIDs) for its CPU.
+func checkFigures(t *testing.T, res *Results, log []accessLine, cpu *schedSampler, serverPIDs []int) {
+	t.Helper()
+	lt := byTrial(t, log)
+	for _, tr := range res.Trials {
+		l := lt[tr.ID]
+		if l == nil {
+			t.Errorf("trial %d: not in the access log", tr.ID)
+			continue
+		}
+		if l.window != tr.OK {
+			t.Errorf("trial %d %s: ok %d, the access log has %d window requests", tr.ID, tr.Arm, tr.OK, l.window)
+		}
+		if len(l.groups) > 0 {
+			if fmt.Sprint(l.groups) != fmt.Sprint(tr.Groups) {
+				t.Errorf("trial %d %s: groups %v, the access log says %v", tr.ID, tr.Arm, tr.Groups, l.groups)
+			}
+		}
+		// completed: OK responses that ended in the window; the server
+		// logs a request just before the client reads its end.
+		inWindow := 0
+		for _, line := range log {
+			if strings.HasPrefix(line.Req, fmt.Sprintf("t%d ", tr.ID)) && !line.At.Before(tr.WindowStart) && line.At.Before(tr.WindowEnd) {
+				inWindow++
+			}
+		}
+		// (A lagging client reads the end late: only a valid trial's count
+		// must agree.)
+		if d := inWindow - tr.Completed; tr.Valid && (d < -2 || d > 2) {
+			t.Errorf("trial %d %s: completed %d, the access log has %d requests logged in the window", tr.ID, tr.Arm, tr.Completed, inWindow)
+		}
+		if cpu != nil {
+			if tr.ServerCPUUs == nil {
+				t.Errorf("trial %d: no server CPU", tr.ID)
+				continue
+			}
+			got := time.Duration(*tr.ServerCPUUs) * time.Microsecond
+			want := cpu.between(tr.WindowStart, tr.WindowEnd)
+			if diff := (got - want).Abs(); diff > want/20+2*time.Millisecond {
+				t.Errorf("trial %d %s: server CPU %v, the test's schedstat reading %v", tr.ID, tr.Arm, got, want)
+			}
+			t.Logf("trial %d %s: server CPU %v (test's reading %v), %.1f µs/handshake; completed %d (log: %d in window), ok %d (log %d), groups %v (log %v)",
+				tr.ID, tr.Arm, got, want, *tr.ServerCPUUsPerHandshake, tr.Completed, inWindow, tr.OK, l.window, tr.Groups, l.groups)
+			if fmt.Sprint(tr.ServerCPUPIDs) != fmt.Sprint(serverPIDs) {
+				t.Errorf("trial %d: measured PIDs %v, the server's are %v", tr.ID, tr.ServerCPUPIDs, serverPIDs)
+			}
+		}
+	}
+	if res.Server == nil || fmt.Sprint(res.Server.PIDs) != fmt.Sprint(serverPIDs) {
+		t.Errorf("results list server PIDs %+v, the server's are %v", res.Server, serverPIDs)
+	}
+}
+
+// TestFiguresNginx runs against one nginx (OpenSSL 3.0) while a second,
+// unrelated nginx runs on the host. By default loadgen measures the
+// processes that own the target's listening socket: the target's master
+// and worker and nothing of the other nginx, with -server-name nginx too.
+// Every figure is checked against nginx's access log ($ssl_curve, the
+// request header) and the test's own schedstat reading; the hybrid arm,
+// which OpenSSL 3.0 cannot serve, is flagged and gets no ratio.
+func TestFiguresNginx(t *testing.T) {
+	decoy := startNginx(t, "x25519")
+	n := startNginx(t, "x25519:secp256r1")
+	_, pids := n.ours()
+	slices.Sort(pids)
+	_, decoyPIDs := decoy.ours()
+	cpu := startSchedSampler(func() []int { return pids })
+	c := &Config{
+		Target: n.addr(), SNI: "localhost", RootCAs: certPool(t, filepath.Join(n.dir, "cert.pem")),
+		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
+		Rates: []float64{100}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials, KeepRequests: true,
+	}
+	res, err := retryLagged(t, func() (*Results, error) {
+		_ = os.Truncate(filepath.Join(n.dir, "access.log"), 0)
+		return c.Run(context.Background())
+	})
+	cpu.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range res.Trials {
+		if !tr.Valid {
+			t.Errorf("trial %d %s invalid: %v", tr.ID, tr.Arm, tr.InvalidReasons)
+		}
+	}
+	checkFigures(t, res, readNginxLog(t, filepath.Join(n.dir, "access.log")), cpu, pids)
+	if res.Server.SelectedBy != "listening socket" || len(res.Server.Listen) != 1 {
+		t.Errorf("server %+v", res.Server)
+	}
+	for _, p := range decoyPIDs {
+		if slices.Contains(res.Server.PIDs, p) {
+			t.Errorf("measured the other nginx's %d", p)
+		}
+	}
+	hy := res.Summary[1]
+	if hy.Arm != "hybrid" || hy.GroupMismatch == "" || hy.CostRatio != 0 || !strings.Contains(strings.Join(res.Warnings, "\n"), "not X25519MLKEM768") {
+		t.Errorf("hybrid on OpenSSL 3.0: %+v; warnings %q", hy, res.Warnings)
+	}
+	if cl := res.Summary[0]; cl.CostRatio != 1 || cl.GroupMismatch != "" {
+		t.Errorf("classical: %+v", cl)
+	}
+	t.Logf("warnings: %q", res.Warnings)
+
+	// -server-name nginx narrows the socket's owners; it no longer sums
+	// every nginx on the host.
+	c2 := *c
+	c2.ServerNames, c2.Arms, c2.Trials, c2.Duration = []string{"nginx"}, c.Arms[:1], 1, 300*time.Millisecond
+	res2, _ := c2.Run(context.Background())
+	if res2 == nil || fmt.Sprint(res2.Server.PIDs) != fmt.Sprint(pids) {
+		t.Errorf("-server-name nginx measured %+v, want %v", res2.Server, pids)
+	}
+}
+
+// TestOverloadInvalid asks for a rate this two-core machine cannot sustain
+// (5000 full handshakes per second, client and server on the same cores).
+// Every trial must be marked invalid with its reason in every output, no
+// ratio or ceiling drawn, and the run must exit 1.
+func TestOverloadInvalid(t *testing.T) {
+	addr, _, certFile := startHelperServer(t)
+	out := t.TempDir()
+	args := []string{"-target", addr, "-sni", "localhost", "-ca", certFile, "-rate", "5000", "-duration", "1", "-warmup", "0.2",
+		"-trials", "1", "-timeout", "2s", "-out", out}
 	var stdout, stderr strings.Builder
-	if code := Main(context.Background(), args, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr.String())
+	code := Main(context.Background(), args, &stdout, &stderr)
+	t.Logf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
 	}
-	checkOutputs(t, out)
-	if !strings.Contains(stdout.String(), "| hybrid |") {
-		t.Fatalf("stdout: %s", stdout.String())
+	if !strings.Contains(stderr.String(), "no valid trial") {
+		t.Errorf("stderr does not say there is no valid trial")
 	}
-	t.Log("\n" + stdout.String() + stderr.String())
+	var res Results
+	b, _ := os.ReadFile(filepath.Join(out, FileResults))
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Trials) != 2 {
+		t.Fatalf("%d trials", len(res.Trials))
+	}
+	for _, tr := range res.Trials {
+		if tr.Valid || len(tr.InvalidReasons) == 0 {
+			t.Errorf("trial %d %s at 5000/s is valid: completed %.0f/s, send lag p99 %.1f ms, errors %d", tr.ID, tr.Arm,
+				tr.RateCompleted, tr.SendLagMS.P99, tr.Errors)
+		}
+		t.Logf("trial %d %s: completed %.0f/s (sent OK %.0f/s) of 5000/s, send lag p99 %.0f ms, %d errors (%d timeouts): %q",
+			tr.ID, tr.Arm, tr.RateCompleted, tr.RateAchieved, tr.SendLagMS.P99, tr.Errors, tr.Timeouts, tr.InvalidReasons)
+	}
+	for _, s := range res.Summary {
+		if s.ValidTrials != 0 || s.CostRatio != 0 || s.CeilingPerSecond != 0 || s.ServerCPUUsPerHandshake != nil {
+			t.Errorf("a figure drawn from invalid trials: %+v", s)
+		}
+	}
+	md := stdout.String()
+	if !strings.Contains(md, "**INVALID**") || !strings.Contains(md, "no valid trial") || strings.Contains(md, "| 1.000 |") {
+		t.Errorf("summary does not show the trials invalid, or draws a ratio")
+	}
+	csv, _ := os.ReadFile(filepath.Join(out, FileTrials))
+	if !strings.Contains(string(csv), ",false,") {
+		t.Errorf("trials.csv does not mark the trials invalid:\n%s", csv)
+	}
+	for _, f := range []string{FileCPU, FileRate} {
+		if svg, _ := os.ReadFile(filepath.Join(out, f)); !strings.Contains(string(svg), "invalid trial, not in the mean") {
+			t.Errorf("%s does not mark the invalid trials", f)
+		}
+	}
+	if svg, _ := os.ReadFile(filepath.Join(out, FileRate)); !strings.Contains(string(svg), "completed handshakes/s") || !strings.Contains(string(svg), "sent OK/s") {
+		t.Errorf("rate.svg does not say what it plots")
+	}
 }

@@ -68,6 +68,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		scenAt, h2loadPath, outDir string
 		seed                       int64
 		verbose, failOnErrors      bool
+		serverSocket               bool
 	)
 	c.Duration, c.Warmup, c.Timeout = 10*time.Second, 2*time.Second, 10*time.Second
 	fs.StringVar(&c.Target, "target", "", "server `host:port` (required)")
@@ -87,8 +88,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&seed, "seed", 1, "seed for the trial order and Poisson gaps")
 	fs.Var(secondsFlag{&c.Timeout}, "timeout", "per-request timeout")
 	fs.IntVar(&c.MaxInFlight, "max-inflight", 4096, "open requests at most (sends beyond it are late, and latency shows it)")
-	fs.Var(&serverPIDs, "server-pid", "server process `pid` (repeatable or comma-separated; descendants included)")
-	fs.Var(&names, "server-name", "server processes by `comm` (repeatable or comma-separated), e.g. nginx")
+	fs.Var(&serverPIDs, "server-pid", "also measure server process `pid` (repeatable or comma-separated; descendants included)")
+	fs.Var(&names, "server-name", "measure only the socket owners with this `comm` (repeatable or comma-separated), e.g. nginx; with no owner found here, every process of that name")
+	fs.BoolVar(&serverSocket, "server-socket", true, "measure the processes that own the target's listening socket (and their descendants)")
+	fs.Var(secondsFlag{&c.MaxSendLag}, "max-send-lag", "a trial whose p99 send lag exceeds this is invalid (default 10ms)")
+	fs.Float64Var(&c.MaxShortfall, "max-shortfall", 0.01, "a trial whose completed requests fall short of those scheduled by more than this share is invalid")
+	fs.Float64Var(&c.MaxErrorRate, "max-error-rate", 0.001, "a trial whose share of failed requests (timeouts included) exceeds this is invalid")
 	fs.StringVar(&scen, "scenario", "", "nginx scenario under load: swap, reload or rollback (needs -server-pid of the master)")
 	fs.StringVar(&scenAt, "scenario-at", "", "step times from trial start, comma-separated (default: spread over the window)")
 	fs.StringVar(&outDir, "out", "", "output `dir` for results.json, CSVs, SVG charts and summary.md")
@@ -145,6 +150,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c.ServerPIDs = append(c.ServerPIDs, pid)
 	}
 	c.ServerNames = splitList(names.String())
+	c.NoServerSocket = !serverSocket
 	if c.Scenario.Kind, err = ParseScenario(scen); err != nil {
 		return usage(err)
 	}
@@ -191,13 +197,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		for _, f := range res.Failures {
 			fmt.Fprintf(stderr, "loadgen: %s\n", f)
 		}
+		for _, w := range res.Warnings {
+			fmt.Fprintf(stderr, "loadgen: warning: %s\n", w)
+		}
 	}
 	if err != nil {
-		msg := err.Error()
-		if !strings.HasPrefix(msg, "loadgen: ") {
-			msg = "loadgen: " + msg
+		for _, msg := range strings.Split(err.Error(), "\n") { // errors.Join's lines
+			if !strings.HasPrefix(msg, "loadgen: ") {
+				msg = "loadgen: " + msg
+			}
+			fmt.Fprintln(stderr, msg)
 		}
-		fmt.Fprintln(stderr, msg)
 		return 1
 	}
 	if failOnErrors {

@@ -38,7 +38,7 @@ func openOutputs(dir string) (*outputs, error) {
 	}
 	o := &outputs{dir: dir, reqF: f, reqW: csv.NewWriter(f)}
 	if err := o.reqW.Write([]string{"arm", "rate", "trial", "seq", "warmup", "intended_s", "start_s",
-		"latency_us", "service_us", "group", "hrr", "pid", "status", "error"}); err != nil {
+		"latency_us", "service_us", "group", "hrr", "pid", "status", "error", "trial_id"}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
 	}
 	return o, nil
@@ -69,7 +69,7 @@ func (o *outputs) writeRequests(reqs []Request, runStart time.Time) error {
 		if err := o.reqW.Write([]string{r.Arm, fmtF(r.Rate), strconv.Itoa(r.Trial), strconv.Itoa(r.Seq),
 			strconv.FormatBool(r.Warmup), sec(r.Intended), sec(r.Start),
 			strconv.FormatInt(r.Latency.Microseconds(), 10), strconv.FormatInt(r.Service.Microseconds(), 10),
-			r.Group, strconv.FormatBool(r.HRR), pid, st, r.Err}); err != nil {
+			r.Group, strconv.FormatBool(r.HRR), pid, st, r.Err, strconv.Itoa(r.TrialID)}); err != nil {
 			return fmt.Errorf("%w: %v", ErrOutput, err)
 		}
 	}
@@ -116,7 +116,8 @@ func trialsCSV(res *Results) []byte {
 	w := csv.NewWriter(&sb)
 	_ = w.Write([]string{"id", "arm", "rate", "trial", "rate_target", "rate_achieved", "requests", "ok", "errors",
 		"hrr", "groups", "p50_ms", "p90_ms", "p99_ms", "max_ms", "server_cpu_us_per_handshake",
-		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms", "p95_ms"})
+		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms", "p95_ms",
+		"send_lag_p99_ms", "timeouts", "server_cpu_us", "server_cpu_pids", "valid", "invalid_reasons", "group_mismatch"})
 	for _, t := range res.Trials {
 		var groups, pids []string
 		for _, g := range sortedKeys(t.Groups) {
@@ -125,13 +126,23 @@ func trialsCSV(res *Results) []byte {
 		for _, p := range t.ServerPIDs {
 			pids = append(pids, strconv.Itoa(p))
 		}
+		var cpuPIDs []string
+		for _, p := range t.ServerCPUPIDs {
+			cpuPIDs = append(cpuPIDs, strconv.Itoa(p))
+		}
+		cpuUs := ""
+		if t.ServerCPUUs != nil {
+			cpuUs = strconv.FormatInt(*t.ServerCPUUs, 10)
+		}
 		_ = w.Write([]string{strconv.Itoa(t.ID), t.Arm, fmtF(t.Rate), strconv.Itoa(t.Trial), fmtF(t.RateTarget),
 			strconv.FormatFloat(t.RateAchieved, 'f', 2, 64), strconv.Itoa(t.Requests), strconv.Itoa(t.OK),
 			strconv.Itoa(t.Errors), strconv.Itoa(t.HRR), strings.Join(groups, " "),
 			ms3(t.LatencyMS.P50), ms3(t.LatencyMS.P90), ms3(t.LatencyMS.P99), ms3(t.LatencyMS.Max),
 			fmtOpt(t.ServerCPUUsPerHandshake, 1), strconv.FormatFloat(t.ClientCPUUsPerHandshake, 'f', 1, 64),
 			strconv.FormatInt(t.ServerRSSMaxBytes, 10), strings.Join(pids, " "),
-			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max), ms3(t.LatencyMS.P95)})
+			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max), ms3(t.LatencyMS.P95),
+			ms3(t.SendLagMS.P99), strconv.Itoa(t.Timeouts), cpuUs, strings.Join(cpuPIDs, " "), strconv.FormatBool(t.Valid),
+			strings.Join(t.InvalidReasons, "; "), t.GroupMismatch})
 	}
 	w.Flush()
 	return []byte(sb.String())
@@ -154,9 +165,16 @@ func SummaryMarkdown(res *Results) string {
 	fmt.Fprintf(&b, "%s to %s, %d cores, %s, %s arrivals, %g s per trial after %g s warm-up; baseline arm %q.\n\n",
 		res.Started.UTC().Format(time.RFC3339), res.Finished.UTC().Format(time.RFC3339), res.Cores,
 		res.GoVersion, res.Arrival, res.Duration, res.Warmup, res.Baseline)
-	b.WriteString("| arm | groups offered | rate/s | trials | achieved/s | negotiated | server CPU µs/handshake (± sd) | implied ceiling/s on " +
-		strconv.Itoa(res.Cores) + " cores | client CPU µs/handshake | cost ratio | p50 ms | p99 ms | errors | HRR |\n")
-	b.WriteString("|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	if len(res.Warnings) > 0 {
+		b.WriteString("**Warnings**\n\n")
+		for _, w := range res.Warnings {
+			fmt.Fprintf(&b, "- %s\n", w)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("| arm | groups offered | measures | rate/s | valid trials | completed/s | negotiated | server CPU µs/handshake (± sd) | implied ceiling/s on " +
+		strconv.Itoa(res.Cores) + " cores | client CPU µs/handshake | cost ratio | p50 ms | p95 ms | p99 ms | errors | HRR |\n")
+	b.WriteString("|---|---|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	groups := map[string]string{}
 	for _, a := range res.Arms {
 		groups[a.Name] = strings.Join(a.Groups, ",")
@@ -165,6 +183,16 @@ func SummaryMarkdown(res *Results) string {
 		var neg []string
 		for _, g := range sortedKeys(s.Groups) {
 			neg = append(neg, fmt.Sprintf("%s %d", g, s.Groups[g]))
+		}
+		negotiated := strings.Join(neg, ", ")
+		if s.GroupMismatch != "" {
+			negotiated += " **(not " + s.Measures + ")**"
+		}
+		valid := fmt.Sprintf("%d/%d", s.ValidTrials, s.Trials)
+		if s.ValidTrials == 0 {
+			fmt.Fprintf(&b, "| %s | %s | %s | %g | **%s** | | %s | no valid trial | | | n/a | | | | %d | %d |\n",
+				s.Arm, groups[s.Arm], s.Measures, s.Rate, valid, negotiated, s.Errors, s.HRR)
+			continue
 		}
 		srv, ceil := "n/a", "n/a"
 		if s.ServerCPUUsPerHandshake != nil {
@@ -175,14 +203,46 @@ func SummaryMarkdown(res *Results) string {
 		if s.CostRatio > 0 {
 			ratio = fmt.Sprintf("%.3f", s.CostRatio)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %g | %d | %.1f | %s | %s | %s | %.1f ± %.1f | %s | %.3f | %.3f | %d | %d |\n",
-			s.Arm, groups[s.Arm], s.Rate, s.Trials, s.RateAchieved.Mean, strings.Join(neg, ", "), srv, ceil,
-			s.ClientCPUUsPerHandshake.Mean, s.ClientCPUUsPerHandshake.StdDev, ratio, s.P50MS, s.P99MS, s.Errors, s.HRR)
+		fmt.Fprintf(&b, "| %s | %s | %s | %g | %s | %.1f | %s | %s | %s | %.1f ± %.1f | %s | %.3f | %.3f | %.3f | %d | %d |\n",
+			s.Arm, groups[s.Arm], s.Measures, s.Rate, valid, s.RateCompleted.Mean, negotiated, srv, ceil,
+			s.ClientCPUUsPerHandshake.Mean, s.ClientCPUUsPerHandshake.StdDev, ratio, s.P50MS, s.P95MS, s.P99MS, s.Errors, s.HRR)
 	}
-	b.WriteString("\nCost ratio: the arm's mean server CPU per handshake over the baseline arm's at the same rate " +
-		"(client CPU when no server process is named). Latency is measured from the intended send time " +
-		"(coordinated omission corrected). Server CPU: utime+stime of the named processes and their descendants " +
-		"from /proc, children reaped during the window included, 10 ms clock ticks.\n")
+	b.WriteString("\nOnly valid trials enter the figures of a row (an invalid trial is listed below with its reason). " +
+		"completed/s: requests that completed OK inside the measured window, per second. " +
+		"Cost ratio: the arm's mean server CPU per handshake over the baseline arm's at the same rate " +
+		"(client CPU when no server process is measured); not drawn for an arm that did not negotiate the group it measures. " +
+		"Latency is measured from the intended send time (coordinated omission corrected).\n")
+	if in := res.Server; in != nil && len(in.PIDs) > 0 {
+		var procs []string
+		for _, p := range in.Processes {
+			procs = append(procs, fmt.Sprintf("%d (%s)", p.PID, p.Comm))
+		}
+		how := in.SelectedBy
+		if len(in.Listen) > 0 {
+			how += " " + strings.Join(in.Listen, ", ")
+		}
+		fmt.Fprintf(&b, "\nServer CPU: run time of every thread from /proc/PID/task/TID/schedstat (nanoseconds) "+
+			"of the processes %s, selected by %s, and their descendants.\n", strings.Join(procs, ", "), how)
+	}
+	b.WriteString("\n## Trials\n\n| trial | arm | rate/s | # | valid | completed/s | sent OK/s | send lag p99 ms | errors | timeouts | server CPU ms | server CPU µs/handshake | p99 ms | invalid because |\n")
+	b.WriteString("|--:|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	for _, t := range res.Trials {
+		valid := "yes"
+		if !t.Valid {
+			valid = "**INVALID**"
+		}
+		cpuMS := ""
+		if t.ServerCPUUs != nil {
+			cpuMS = fmt.Sprintf("%.1f", float64(*t.ServerCPUUs)/1000)
+		}
+		why := strings.Join(t.InvalidReasons, "; ")
+		if t.GroupMismatch != "" {
+			why = strings.TrimPrefix(why+"; "+t.GroupMismatch, "; ")
+		}
+		fmt.Fprintf(&b, "| %d | %s | %g | %d | %s | %.1f | %.1f | %.3f | %d | %d | %s | %s | %.3f | %s |\n",
+			t.ID, t.Arm, t.Rate, t.Trial, valid, t.RateCompleted, t.RateAchieved, t.SendLagMS.P99, t.Errors, t.Timeouts,
+			cpuMS, fmtOpt(t.ServerCPUUsPerHandshake, 1), t.LatencyMS.P99, strings.ReplaceAll(why, "|", "/"))
+	}
 	if len(res.Failures) > 0 {
 		b.WriteString("\n## Failures\n\n")
 		for _, f := range res.Failures {

@@ -2,7 +2,9 @@ package loadgen
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,9 +15,6 @@ import (
 
 	"github.com/pqwatch/pqwatch/internal/procfs"
 )
-
-// tickMicros is one clock tick of /proc/PID/stat in microseconds.
-const tickMicros = 1_000_000 / procfs.UserHZ
 
 // scanProcs reads the stat of every process under root (see
 // procfs.ReadAllStats).
@@ -54,60 +53,135 @@ func bootTicks(root string) (uint64, error) {
 }
 
 type trackedProc struct {
-	start uint64 // starttime, to tell a reused PID
-	ppid  int
-	last  uint64 // TicksWithChildren() at the last sample
+	start uint64         // starttime, to tell a reused PID
+	tids  map[int]uint64 // run time of each thread at the last sample, ns
 	comm  string
 }
 
-// ServerCPU accounts the CPU time, and reports the resident memory, of a
-// server's processes: those named by PID or by comm, every descendant of
-// them, and every process once tracked for as long as it lives (so an
-// nginx master that was forked by USR2 and reparented to init when the old
-// master quit stays counted).
-//
-// Method. Each Sample scans /proc and, per tracked process, adds the growth
-// of utime+stime+cutime+cstime since the previous sample. A process first
-// seen after the previous sample that started after it is counted in full;
-// one that existed before (a late name match) only from now on. When a
-// tracked process disappears and its parent is tracked and alive, the
-// parent's cutime/cstime grows by the child's final total when it reaps it,
-// so the child's last total is subtracted (no double count, and the CPU the
-// child used after the last sample is still counted, through the parent).
-// When the parent is not tracked (a daemonized master reparented to init),
-// the CPU between the last sample and exit is lost: sample often. The clock
-// tick is 10 ms, so a window needs many ticks of server CPU (seconds of
-// load, not milliseconds) for a precise per-handshake figure.
-type ServerCPU struct {
-	root    string
-	pids    []int
-	names   []string
-	tracked map[int]*trackedProc
-	acc     int64 // accounted ticks since creation
-	lastAt  uint64
-	inited  bool
-	rss     int64 // bytes at the last sample
+// ServerSelection says how ServerCPU picks the server's processes.
+type ServerSelection struct {
+	// Target is the server address whose listening socket's owners are
+	// the server (unless NoSocket).
+	Target   string
+	NoSocket bool
+	// PIDs widen the selection: these processes and their descendants are
+	// measured too.
+	PIDs []int
+	// Names narrow it: only socket owners whose comm is one of Names.
+	// When no process owns the socket (the server is remote, or in
+	// another network namespace), every process with one of these names.
+	Names []string
 }
 
-// NewServerCPU tracks the given PIDs and processes whose comm is one of
-// names. procRoot is normally "/proc".
-func NewServerCPU(procRoot string, pids []int, names []string) *ServerCPU {
+// ServerCPU accounts the CPU time, and reports the resident memory, of a
+// server's processes.
+//
+// Which processes. By default those that hold the target's listening
+// socket (found in /proc/net/tcp and tcp6, then among every process's
+// descriptors): for nginx the master and its workers, and no other nginx
+// on the host. Names narrow that set by comm; PIDs widen it. Every
+// descendant of a selected process is measured, and every process once
+// measured stays so for as long as it lives, so an nginx master forked by
+// USR2 and reparented to init when the old master quit stays counted.
+// Refresh looks the socket owners up again (Run does before each trial).
+//
+// How. Each Sample reads /proc/PID/task/TID/schedstat of every thread of
+// every measured process: the scheduler's run time in nanoseconds, exact,
+// where utime+stime of /proc/PID/stat are 10 ms clock ticks charged by
+// sampling. It adds each thread's growth since the previous sample; a
+// thread or process born since then is counted in full, one found late (a
+// process that existed before it was selected) from then on. The run time a
+// thread or process used between its last sample and its exit is not
+// counted: sample often (Run samples every 50 ms).
+type ServerCPU struct {
+	root    string
+	sel     ServerSelection
+	self    int
+	roots   []int // selected at the last Refresh
+	byName  bool  // no socket owner: select by name on every sample
+	listen  []Listener
+	note    string
+	tracked map[int]*trackedProc
+	seen    map[int]string // every PID ever measured, with its comm
+	acc     int64          // accounted ns since creation
+	lastAt  uint64
+	inited  bool
+	scratch map[int]uint64
+}
+
+// NewServerCPU returns a ServerCPU for sel; call Refresh before the first
+// Sample. procRoot is normally "/proc".
+func NewServerCPU(procRoot string, sel ServerSelection) *ServerCPU {
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	return &ServerCPU{root: procRoot, pids: pids, names: names, tracked: map[int]*trackedProc{}}
+	return &ServerCPU{root: procRoot, sel: sel, self: os.Getpid(), tracked: map[int]*trackedProc{},
+		seen: map[int]string{}, scratch: map[int]uint64{}}
+}
+
+// Refresh selects the server's processes anew: the owners of the target's
+// listening socket (narrowed by name), plus the PIDs given. It reports
+// whether any process is selected.
+func (t *ServerCPU) Refresh() bool {
+	t.roots, t.byName, t.note = nil, false, ""
+	var owners []int
+	if !t.sel.NoSocket && t.sel.Target != "" {
+		ls, err := targetListeners(t.root, t.sel.Target)
+		if err != nil {
+			t.note = fmt.Sprintf("listening socket of %s not looked up: %v", t.sel.Target, err)
+		}
+		t.listen = ls
+		var inodes []uint64
+		for _, l := range ls {
+			inodes = append(inodes, l.Inode)
+		}
+		for _, pid := range socketOwners(t.root, inodes) {
+			if pid == t.self {
+				t.note = "the target's listening socket is held by loadgen's own process, whose CPU cannot be told apart: not measured"
+				continue
+			}
+			owners = append(owners, pid)
+		}
+		if len(ls) == 0 && err == nil {
+			t.note = "no process on this host (in this network namespace) listens on " + t.sel.Target
+		}
+	}
+	if len(t.sel.Names) > 0 {
+		switch {
+		case t.sel.NoSocket:
+			t.byName = true
+		case len(owners) == 0:
+			t.byName = true
+			t.note = fmt.Sprintf("no owner of the listening socket of %s found here: measuring every process named %v on the host", t.sel.Target, t.sel.Names)
+		default:
+			var named []int
+			for _, pid := range owners {
+				if st, err := procfs.ReadStat(t.root, pid); err == nil && slices.Contains(t.sel.Names, st.Comm) {
+					named = append(named, pid)
+				}
+			}
+			if len(named) == 0 {
+				t.note = fmt.Sprintf("no process named %v owns the listening socket of %s (its owners: %v): not measured", t.sel.Names, t.sel.Target, owners)
+			}
+			owners = named
+		}
+	}
+	t.roots = append(owners, t.sel.PIDs...)
+	slices.Sort(t.roots)
+	t.roots = slices.Compact(t.roots)
+	return len(t.roots) > 0 || t.byName
 }
 
 // ServerSample is the state after one Sample.
 type ServerSample struct {
 	At       time.Time
-	CPUTicks int64 // accounted ticks since NewServerCPU
-	RSSBytes int64 // resident memory of the tracked processes now
-	PIDs     []int // tracked live processes, sorted
+	CPUNs    int64 // accounted run time since NewServerCPU, nanoseconds
+	RSSBytes int64 // resident memory of the measured processes now
+	PIDs     []int // measured live processes, sorted
 }
 
-// CPUMicros converts CPUTicks to microseconds.
-func (s ServerSample) CPUMicros() int64 { return s.CPUTicks * tickMicros }
+// CPUMicros is CPUNs in microseconds.
+func (s ServerSample) CPUMicros() int64 { return s.CPUNs / 1000 }
 
 // Sample scans the process table once and updates the bookkeeping.
 func (t *ServerCPU) Sample() (ServerSample, error) {
@@ -132,12 +206,14 @@ func (t *ServerCPU) Sample() (ServerSample, error) {
 			queue = append(queue, pid)
 		}
 	}
-	for _, pid := range t.pids {
+	for _, pid := range t.roots {
 		add(pid)
 	}
-	for pid, p := range all {
-		if slices.Contains(t.names, p.Comm) {
-			add(pid)
+	if t.byName {
+		for pid, p := range all {
+			if slices.Contains(t.sel.Names, p.Comm) && pid != t.self {
+				add(pid)
+			}
 		}
 	}
 	for pid, tp := range t.tracked {
@@ -152,44 +228,123 @@ func (t *ServerCPU) Sample() (ServerSample, error) {
 			add(c)
 		}
 	}
-	// Vanished (or PID reused) processes.
-	for pid, tp := range t.tracked {
-		p, ok := all[pid]
-		if ok && p.StartTime == tp.start && cur[pid] {
-			continue
+	for pid, tp := range t.tracked { // gone, or the PID reused
+		if p, ok := all[pid]; !ok || p.StartTime != tp.start || !cur[pid] {
+			delete(t.tracked, pid)
 		}
-		if parent, ok := t.tracked[tp.ppid]; ok {
-			if pp, alive := all[tp.ppid]; alive && pp.StartTime == parent.start && cur[tp.ppid] {
-				t.acc -= int64(tp.last)
-			}
-		}
-		delete(t.tracked, pid)
 	}
 	var rss int64
 	pids := make([]int, 0, len(cur))
 	for pid := range cur {
 		p := all[pid]
+		if err := procfs.ReadTaskRuntimes(t.root, pid, t.scratch); err != nil {
+			if errors.Is(err, procfs.ErrBadSchedstat) {
+				return ServerSample{}, fmt.Errorf("%w: %v", ErrProc, err)
+			}
+			delete(t.tracked, pid) // exited during the scan
+			continue
+		}
 		pids = append(pids, pid)
+		t.seen[pid] = p.Comm
 		if p.State != 'Z' {
 			rss += int64(p.RSS)
 		}
 		tp, ok := t.tracked[pid]
-		switch {
-		case ok:
-			t.acc += int64(p.TicksWithChildren()) - int64(tp.last)
-			tp.last, tp.ppid = p.TicksWithChildren(), p.PPID
-		default:
-			if t.inited && p.StartTime+1 >= t.lastAt { // born since the last sample
-				t.acc += int64(p.TicksWithChildren())
+		if !ok {
+			tp = &trackedProc{start: p.StartTime, comm: p.Comm, tids: map[int]uint64{}}
+			t.tracked[pid] = tp
+			born := t.inited && p.StartTime+1 >= t.lastAt // since the last sample
+			for tid, ns := range t.scratch {
+				if born {
+					t.acc += int64(ns)
+				}
+				tp.tids[tid] = ns
 			}
-			t.tracked[pid] = &trackedProc{start: p.StartTime, ppid: p.PPID, last: p.TicksWithChildren(), comm: p.Comm}
+			continue
 		}
+		for tid, ns := range t.scratch {
+			if last, ok := tp.tids[tid]; ok && ns >= last {
+				t.acc += int64(ns - last)
+			} else if !ok { // a thread born since the last sample
+				t.acc += int64(ns)
+			}
+		}
+		clear(tp.tids)
+		maps.Copy(tp.tids, t.scratch)
 	}
 	slices.Sort(pids)
 	t.inited = true
 	t.lastAt = bt
-	t.rss = rss * int64(os.Getpagesize())
-	return ServerSample{At: now, CPUTicks: t.acc, RSSBytes: t.rss, PIDs: pids}, nil
+	return ServerSample{At: now, CPUNs: t.acc, RSSBytes: rss * int64(os.Getpagesize()), PIDs: pids}, nil
+}
+
+// Info describes what was measured: how the processes were selected, the
+// listening sockets, and every PID measured so far with its comm.
+func (t *ServerCPU) Info() *ServerInfo {
+	in := &ServerInfo{Clock: "schedstat", Note: t.note, Names: t.sel.Names, GivenPIDs: t.sel.PIDs}
+	switch {
+	case t.byName:
+		in.SelectedBy = "name"
+	case len(t.listen) > 0:
+		in.SelectedBy = "listening socket"
+	case len(t.sel.PIDs) > 0:
+		in.SelectedBy = "pid"
+	}
+	for _, l := range t.listen {
+		in.Listen = append(in.Listen, fmt.Sprintf("%s inode %d", l.Addr, l.Inode))
+	}
+	for _, pid := range sortedKeys(t.seen) {
+		in.PIDs = append(in.PIDs, pid)
+		in.Processes = append(in.Processes, ServerProcess{PID: pid, Comm: t.seen[pid], Cmdline: readCmdline(t.root, pid)})
+	}
+	return in
+}
+
+// ServerInfo is results.json's "server": which processes loadgen measured
+// as the server, and how.
+type ServerInfo struct {
+	// SelectedBy is "listening socket" (the owners of the target's
+	// socket, narrowed by -server-name), "name" (every process with one of
+	// Names: no socket found), "pid" (-server-pid only) or "" (nothing
+	// measured; see Note).
+	SelectedBy string          `json:"selected_by"`
+	Listen     []string        `json:"listen,omitempty"` // the target's listening sockets
+	Names      []string        `json:"names,omitempty"`
+	GivenPIDs  []int           `json:"given_pids,omitempty"`
+	PIDs       []int           `json:"pids"` // every process measured in any trial
+	Processes  []ServerProcess `json:"processes,omitempty"`
+	// Clock is the CPU time source: "schedstat", the run time of every
+	// thread in nanoseconds.
+	Clock string `json:"clock"`
+	Note  string `json:"note,omitempty"`
+}
+
+// ServerProcess is one measured process.
+type ServerProcess struct {
+	PID     int    `json:"pid"`
+	Comm    string `json:"comm"`
+	Cmdline string `json:"cmdline,omitempty"` // while it was still alive at the end
+}
+
+// selfRunqueueWait is the time this process's threads have waited on a run
+// queue for a CPU (the second field of schedstat), or 0 when unknown.
+func selfRunqueueWait() time.Duration {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return 0
+	}
+	var total uint64
+	for _, e := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue
+		}
+		if f := bytes.Fields(b); len(f) == 3 {
+			v, _ := strconv.ParseUint(string(f[1]), 10, 64)
+			total += v
+		}
+	}
+	return time.Duration(total)
 }
 
 // selfCPU returns this process's user+system CPU time (getrusage RUSAGE_SELF).

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -66,6 +67,7 @@ type TrialResult struct {
 	Requests      int            `json:"requests"` // intended in the measured window
 	OK            int            `json:"ok"`
 	Errors        int            `json:"errors"`
+	Timeouts      int            `json:"timeouts"` // errors whose reason is a timeout
 	ErrorReasons  map[string]int `json:"error_reasons,omitempty"`
 	// ErrorSamples is the error text of the first failure of each reason.
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
@@ -76,18 +78,33 @@ type TrialResult struct {
 	// SendLagMS is how late the generator sent (actual minus intended);
 	// a large lag means the client machine could not keep up.
 	SendLagMS Latency `json:"send_lag_ms"`
-	// ServerCPUUsPerHandshake is set when server processes are named.
-	ServerCPUUsPerHandshake *float64   `json:"server_cpu_us_per_handshake,omitempty"`
-	ServerCPUUs             *int64     `json:"server_cpu_us,omitempty"`
-	ServerRSSMaxBytes       int64      `json:"server_rss_max_bytes,omitempty"`
-	ClientCPUUsPerHandshake float64    `json:"client_cpu_us_per_handshake"`
-	ServerPIDs              []int      `json:"server_pids,omitempty"` // distinct X-Pid values seen
-	Completed               int        `json:"completed"`             // OK responses that ended inside the window
-	Start                   time.Time  `json:"start"`                 // trial start (warm-up begins)
-	WindowStart             time.Time  `json:"window_start"`
-	WindowEnd               time.Time  `json:"window_end"`
-	Timeline                []Bin      `json:"timeline"`
-	RSS                     []RSSPoint `json:"rss,omitempty"`
+	// Valid is false when the trial broke one of the validity limits
+	// (InvalidReasons says which); an invalid trial is reported but left
+	// out of every summary, ratio and ceiling.
+	Valid          bool     `json:"valid"`
+	InvalidReasons []string `json:"invalid_reasons,omitempty"`
+	// GroupMismatch is set when successful requests negotiated another
+	// group than the one the arm measures.
+	GroupMismatch string `json:"group_mismatch,omitempty"`
+	// ServerCPUUsPerHandshake is the server's run time in the window
+	// (schedstat, every thread of ServerCPUPIDs) over Completed; set when a
+	// server process was measured.
+	ServerCPUUsPerHandshake *float64 `json:"server_cpu_us_per_handshake,omitempty"`
+	ServerCPUUs             *int64   `json:"server_cpu_us,omitempty"`
+	ServerCPUPIDs           []int    `json:"server_cpu_pids,omitempty"` // the processes measured in the window
+	ServerRSSMaxBytes       int64    `json:"server_rss_max_bytes,omitempty"`
+	ClientCPUUsPerHandshake float64  `json:"client_cpu_us_per_handshake"`
+	// ClientRunqueueWaitMS is how long loadgen's threads, together, were
+	// ready to run but waited for a CPU in the window (schedstat): much of
+	// it means other processes held the machine's cores.
+	ClientRunqueueWaitMS float64    `json:"client_runqueue_wait_ms"`
+	ServerPIDs           []int      `json:"server_pids,omitempty"` // distinct X-Pid values seen
+	Completed            int        `json:"completed"`             // OK responses that ended inside the window
+	Start                time.Time  `json:"start"`                 // trial start (warm-up begins)
+	WindowStart          time.Time  `json:"window_start"`
+	WindowEnd            time.Time  `json:"window_end"`
+	Timeline             []Bin      `json:"timeline"`
+	RSS                  []RSSPoint `json:"rss,omitempty"`
 
 	hist, service, lag Histogram
 }
@@ -108,7 +125,13 @@ type Results struct {
 	Trials    []*TrialResult `json:"trials"`
 	Summary   []ArmSummary   `json:"summary"`
 	// Failures lists why measured requests failed, per arm and reason.
-	Failures  []Failure        `json:"failures,omitempty"`
+	Failures []Failure `json:"failures,omitempty"`
+	// Warnings are what a reader of the results must know: arms that did
+	// not measure their group, arms without a valid trial, server
+	// processes that could not be found.
+	Warnings []string `json:"warnings,omitempty"`
+	// Server says which processes were measured as the server, and how.
+	Server    *ServerInfo      `json:"server,omitempty"`
 	Events    []Event          `json:"events,omitempty"`
 	Scenarios []ScenarioResult `json:"scenarios,omitempty"`
 	// ScenarioStatus is "ok", "FAILED" or empty when no scenario ran.
@@ -122,6 +145,8 @@ type Results struct {
 type ArmInfo struct {
 	Name   string   `json:"name"`
 	Groups []string `json:"groups"`
+	// Measures is the group the arm is meant to measure (Arm.Measures).
+	Measures string `json:"measures"`
 }
 
 type job struct {
@@ -131,8 +156,9 @@ type job struct {
 }
 
 // Run executes every trial and returns the results. If a scenario step
-// fails, Run still returns the Results, with an error wrapping
-// ErrScenarioFailed. With Config.OutDir set, the output files are written
+// fails, no measured request succeeded, or an arm has no valid trial, Run
+// still returns the Results, with an error wrapping ErrScenarioFailed,
+// ErrFailed or ErrNoValidTrial (joined when several apply). With Config.OutDir set, the output files are written
 // even after a failure.
 func (c *Config) Run(ctx context.Context) (*Results, error) {
 	if err := c.Validate(); err != nil {
@@ -156,14 +182,22 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 		Warmup: c.Warmup.Seconds(), Baseline: c.Baseline,
 	}
 	for _, a := range c.Arms {
-		res.Arms = append(res.Arms, ArmInfo{Name: a.Name, Groups: a.GroupNames()})
+		res.Arms = append(res.Arms, ArmInfo{Name: a.Name, Groups: a.GroupNames(), Measures: GroupName(a.Measures())})
 	}
-	var serverCPU *ServerCPU
-	if len(c.ServerPIDs) > 0 || len(c.ServerNames) > 0 {
-		serverCPU = NewServerCPU(c.ProcRoot, c.ServerPIDs, c.ServerNames)
-		if _, err := serverCPU.Sample(); err != nil {
+	server := NewServerCPU(c.ProcRoot, ServerSelection{Target: c.Target, NoSocket: c.NoServerSocket,
+		PIDs: c.ServerPIDs, Names: c.ServerNames})
+	// refresh selects the server's processes before a trial (nil: none).
+	refresh := func() (*ServerCPU, error) {
+		if !server.Refresh() {
+			return nil, nil
+		}
+		if _, err := server.Sample(); err != nil {
 			return nil, err
 		}
+		return server, nil
+	}
+	if _, err := refresh(); err != nil {
+		return nil, err
 	}
 	var out *outputs
 	if c.OutDir != "" {
@@ -200,6 +234,11 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 				sc = &scenarioRunner{sc: c.Scenario, root: c.ProcRoot, trialID: i, runStart: res.Started}
 			}
 		}
+		serverCPU, err := refresh()
+		if err != nil {
+			runErr = err
+			break
+		}
 		tr, reqs, evs, scr := c.runTrial(ctx, i, j, res.Started, serverCPU, sc, master)
 		res.Trials = append(res.Trials, tr)
 		res.Events = append(res.Events, evs...)
@@ -226,11 +265,10 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 		}
 	}
 	res.Finished = time.Now()
+	res.Server = server.Info()
 	res.Summary = summarize(res, c)
 	res.Failures = failures(res)
-	if runErr == nil {
-		runErr = allFailed(res)
-	}
+	res.Warnings = warnings(res)
 	if res.ScenarioStatus == "FAILED" && runErr == nil {
 		for _, s := range res.Scenarios {
 			if s.Status == "FAILED" {
@@ -238,6 +276,11 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 				break
 			}
 		}
+	}
+	if err := allFailed(res); err != nil {
+		runErr = errors.Join(runErr, err)
+	} else if err := noValidTrial(res); err != nil {
+		runErr = errors.Join(runErr, err)
 	}
 	if out != nil {
 		if err := out.writeAll(res); err != nil {
@@ -274,6 +317,60 @@ func allFailed(res *Results) error {
 		ErrFailed, requests, top.Reason, top.FirstError, fix)
 }
 
+// noValidTrial returns an error wrapping ErrNoValidTrial naming every arm
+// without a valid trial and the first reason of its first trial.
+func noValidTrial(res *Results) error {
+	var bad []string
+	for _, a := range res.Arms {
+		var first *TrialResult
+		valid := false
+		for _, t := range res.Trials {
+			if t.Arm == a.Name {
+				valid = valid || t.Valid
+				if first == nil {
+					first = t
+				}
+			}
+		}
+		if !valid && first != nil {
+			why := "no trial"
+			if len(first.InvalidReasons) > 0 {
+				why = first.InvalidReasons[0]
+			}
+			bad = append(bad, fmt.Sprintf("arm %s (trial %d: %s)", a.Name, first.ID, why))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrNoValidTrial, strings.Join(bad, "; "))
+}
+
+// warnings collects what a reader of the results must not miss.
+func warnings(res *Results) []string {
+	var w []string
+	if res.Server != nil && res.Server.Note != "" {
+		w = append(w, "server CPU: "+res.Server.Note)
+	}
+	if res.Server == nil || len(res.Server.PIDs) == 0 {
+		w = append(w, "no server process was measured: CPU figures and cost ratios are the client's (pass -server-pid or -server-name)")
+	}
+	for _, s := range res.Summary {
+		if s.GroupMismatch != "" {
+			w = append(w, fmt.Sprintf("arm %s at %g/s %s: no cost ratio drawn", s.Arm, s.Rate, s.GroupMismatch))
+		}
+		if s.ValidTrials == 0 {
+			w = append(w, fmt.Sprintf("arm %s at %g/s: no valid trial of %d: no CPU figure, ceiling or ratio", s.Arm, s.Rate, s.Trials))
+		}
+	}
+	for _, t := range res.Trials {
+		for _, r := range t.InvalidReasons {
+			w = append(w, fmt.Sprintf("trial %d (arm %s at %g/s, trial %d) invalid: %s", t.ID, t.Arm, t.Rate, t.Trial, r))
+		}
+	}
+	return w
+}
+
 // binWidth is the timeline resolution.
 const binWidth = 100 * time.Millisecond
 
@@ -296,20 +393,27 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 	// Sampler: server CPU and RSS, client CPU, exactly at the window edges
 	// and every SampleInterval in between.
 	type mark struct {
-		server      int64
+		server      int64 // ns
 		serverValid bool
 		client      time.Duration
+		clientWait  time.Duration
 	}
+	serverPIDs := map[int]bool{}
 	var atStart, atEnd mark
 	samplerDone := make(chan struct{})
 	sctx, stopSampler := context.WithCancel(ctx)
 	go func() {
 		defer close(samplerDone)
 		take := func() mark {
-			m := mark{client: selfCPU()}
+			m := mark{client: selfCPU(), clientWait: selfRunqueueWait()}
 			if serverCPU != nil {
 				if s, err := serverCPU.Sample(); err == nil {
-					m.server, m.serverValid = s.CPUMicros(), true
+					m.server, m.serverValid = s.CPUNs, true
+					if !s.At.Before(ws) && !s.At.After(we.Add(c.SampleInterval)) {
+						for _, p := range s.PIDs {
+							serverPIDs[p] = true
+						}
+					}
 					tr.RSS = append(tr.RSS, RSSPoint{Offset: s.At.Sub(runStart).Seconds(), Bytes: s.RSSBytes})
 					tr.ServerRSSMaxBytes = max(tr.ServerRSSMaxBytes, s.RSSBytes)
 				}
@@ -394,7 +498,7 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		if ctx.Err() != nil {
 			break
 		}
-		r := Request{Arm: j.arm.Name, Rate: j.rate, Trial: j.trial, Seq: seq, Intended: intended,
+		r := Request{Arm: j.arm.Name, Rate: j.rate, Trial: j.trial, TrialID: id, Seq: seq, Intended: intended,
 			Warmup: intended.Before(ws)}
 		seq++
 		wg.Add(1)
@@ -450,6 +554,9 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		tr.lag.Record(int64(r.Start.Sub(r.Intended)))
 		if !r.OK() {
 			tr.Errors++
+			if strings.HasSuffix(r.Err, "_timeout") {
+				tr.Timeouts++
+			}
 			if tr.ErrorReasons == nil {
 				tr.ErrorReasons, tr.ErrorSamples = map[string]int{}, map[string]string{}
 			}
@@ -487,11 +594,19 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 			tr.ClientCPUUsPerHandshake = float64((atEnd.client - atStart.client).Microseconds()) / float64(tr.Completed)
 		}
 		if serverCPU != nil && atStart.serverValid && atEnd.serverValid {
-			us := atEnd.server - atStart.server
-			per := float64(us) / float64(tr.Completed)
+			ns := atEnd.server - atStart.server
+			us := ns / 1000
+			per := float64(ns) / 1000 / float64(tr.Completed)
 			tr.ServerCPUUs, tr.ServerCPUUsPerHandshake = &us, &per
 		}
 	}
+	if atEnd.clientWait > 0 && atStart.clientWait > 0 {
+		tr.ClientRunqueueWaitMS = float64(atEnd.clientWait-atStart.clientWait) / 1e6
+	}
+	tr.ServerCPUPIDs = sortedKeys(serverPIDs)
+	tr.InvalidReasons = judge(tr, c)
+	tr.Valid = len(tr.InvalidReasons) == 0
+	tr.GroupMismatch = groupMismatch(tr, GroupName(j.arm.Measures()))
 	evMu.Lock()
 	defer evMu.Unlock()
 	return tr, collected, events, scRes

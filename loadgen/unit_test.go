@@ -237,7 +237,10 @@ func TestParseStat(t *testing.T) {
 // TestServerCPUSelf tracks this test process (burning CPU) and checks the
 // accounting grows by about what getrusage says.
 func TestServerCPUSelf(t *testing.T) {
-	pt := NewServerCPU("", []int{osGetpid()}, nil)
+	pt := NewServerCPU("", ServerSelection{PIDs: []int{osGetpid()}})
+	if !pt.Refresh() {
+		t.Fatal("nothing selected")
+	}
 	s0, err := pt.Sample()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,199 @@
+package loadgen
+
+import (
+	"crypto/tls"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestArmMeasures(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want tls.CurveID
+	}{
+		{"a=x25519", tls.X25519},
+		{"a=X25519MLKEM768,x25519", tls.X25519MLKEM768},
+		{"a=x25519,X25519MLKEM768", tls.X25519MLKEM768}, // crypto/tls's order, not the flag's
+		{"a=secp256r1,x25519", tls.X25519},
+		{"a=secp384r1", tls.CurveP384},
+	} {
+		a, err := ParseArm(tc.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.Measures(); got != tc.want {
+			t.Errorf("%s measures %v, want %v", tc.spec, got, tc.want)
+		}
+	}
+}
+
+func TestJudge(t *testing.T) {
+	c := &Config{Target: "x:1", Arms: mustArms(t, "a=x25519"), Rates: []float64{100}, Duration: time.Second}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ws := time.Unix(1000, 0)
+	good := func() *TrialResult {
+		return &TrialResult{Requests: 1000, OK: 1000, Completed: 1000, RateCompleted: 1000, WindowStart: ws, WindowEnd: ws.Add(time.Second),
+			SendLagMS: Latency{P99: 2, Max: 5}}
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*TrialResult)
+		codes []string
+	}{
+		{"valid", func(*TrialResult) {}, nil},
+		{"lag at the limit", func(tr *TrialResult) { tr.SendLagMS.P99 = 10 }, nil},
+		{"lagged", func(tr *TrialResult) { tr.SendLagMS.P99 = 10.5 }, []string{InvalidSendLag}},
+		{"1% short is fine", func(tr *TrialResult) { tr.Completed = 990 }, nil},
+		{"short", func(tr *TrialResult) { tr.Completed = 989 }, []string{InvalidShort}},
+		{"more than scheduled is fine", func(tr *TrialResult) { tr.Completed = 1040 }, nil},
+		{"one error in 1000 is fine", func(tr *TrialResult) { tr.Errors, tr.OK = 1, 999 }, nil},
+		{"two errors in 1000", func(tr *TrialResult) {
+			tr.Errors, tr.OK, tr.Timeouts = 2, 998, 2
+			tr.ErrorReasons = map[string]int{"handshake_timeout": 2}
+		}, []string{InvalidErrors}},
+		{"everything", func(tr *TrialResult) {
+			tr.SendLagMS.P99, tr.Completed, tr.Errors, tr.OK = 4000, 410, 546, 454
+		}, []string{InvalidSendLag, InvalidShort, InvalidErrors}},
+		{"empty", func(tr *TrialResult) { tr.Requests, tr.OK, tr.Completed = 0, 0, 0 }, []string{InvalidEmpty}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := good()
+			tc.edit(tr)
+			why := judge(tr, c)
+			if len(why) != len(tc.codes) {
+				t.Fatalf("judge = %q, want codes %v", why, tc.codes)
+			}
+			for i, code := range tc.codes {
+				if !strings.HasPrefix(why[i], code+": ") {
+					t.Errorf("reason %d %q does not open with %s", i, why[i], code)
+				}
+			}
+		})
+	}
+	off := *c
+	off.MaxSendLag, off.MaxShortfall, off.MaxErrorRate = -1, -1, -1
+	tr := good()
+	tr.SendLagMS.P99, tr.Completed, tr.Errors = 4000, 10, 900
+	if why := judge(tr, &off); why != nil {
+		t.Fatalf("limits off: %q", why)
+	}
+}
+
+// TestSummarizeValidOnly: invalid trials stay in the counts but out of the
+// CPU figures, ceilings and ratios; an arm that negotiated another group
+// gets no ratio; a baseline without a valid trial gives nobody a ratio.
+func TestSummarizeValidOnly(t *testing.T) {
+	c := &Config{Target: "x:1", Arms: mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"), Rates: []float64{100, 5000}, Duration: time.Second}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cpu := func(v float64) *float64 { return &v }
+	trial := func(arm string, rate float64, valid bool, us float64, group string) *TrialResult {
+		tr := &TrialResult{Arm: arm, Rate: rate, Valid: valid, Requests: 100, OK: 100, Groups: map[string]int{group: 100},
+			ServerCPUUsPerHandshake: cpu(us)}
+		if !valid {
+			tr.InvalidReasons = []string{"send_lag: test"}
+		}
+		return tr
+	}
+	res := &Results{Cores: 2, Trials: []*TrialResult{
+		trial("classical", 100, true, 600, "x25519"),
+		trial("classical", 100, true, 620, "x25519"),
+		trial("classical", 100, false, 200, "x25519"), // lagged: would drag the mean down
+		trial("hybrid", 100, true, 725, "X25519MLKEM768"),
+		trial("hybrid", 100, true, 735, "X25519MLKEM768"),
+		trial("classical", 5000, false, 300, "x25519"),
+		trial("hybrid", 5000, true, 700, "X25519MLKEM768"),
+	}}
+	sum := summarize(res, c)
+	if len(sum) != 4 {
+		t.Fatalf("%d rows", len(sum))
+	}
+	cl, hy, cl5, hy5 := sum[0], sum[1], sum[2], sum[3]
+	if cl.Trials != 3 || cl.ValidTrials != 2 || cl.Requests != 300 || cl.ServerCPUUsPerHandshake.Mean != 610 || cl.ServerCPUUsPerHandshake.N != 2 {
+		t.Errorf("classical@100 %+v %+v", cl, cl.ServerCPUUsPerHandshake)
+	}
+	if want := 730.0 / 610; hy.CostRatio != want || hy.CeilingPerSecond != 2e6/730 {
+		t.Errorf("hybrid@100 ratio %v ceiling %v, want %v", hy.CostRatio, hy.CeilingPerSecond, want)
+	}
+	if cl5.ValidTrials != 0 || cl5.ServerCPUUsPerHandshake != nil || cl5.CeilingPerSecond != 0 || cl5.Note == "" {
+		t.Errorf("classical@5000 %+v", cl5)
+	}
+	if hy5.CostRatio != 0 || !strings.Contains(hy5.Note, "baseline") {
+		t.Errorf("hybrid@5000 ratio %v note %q", hy5.CostRatio, hy5.Note)
+	}
+
+	// OpenSSL 3.0: the hybrid arm falls back to x25519.
+	res.Trials = []*TrialResult{trial("classical", 100, true, 600, "x25519"), trial("hybrid", 100, true, 601, "x25519")}
+	sum = summarize(res, c)
+	if h := sum[1]; h.GroupMismatch == "" || h.CostRatio != 0 || !strings.Contains(h.Note, "X25519MLKEM768") {
+		t.Errorf("mismatch: %+v", h)
+	}
+	if sum[0].CostRatio != 1 {
+		t.Errorf("baseline ratio %v", sum[0].CostRatio)
+	}
+	if w := warnings(&Results{Summary: sum, Server: &ServerInfo{PIDs: []int{1}}}); len(w) != 1 || !strings.Contains(w[0], "not X25519MLKEM768") {
+		t.Errorf("warnings %q", w)
+	}
+	if err := noValidTrial(&Results{Arms: []ArmInfo{{Name: "classical"}}, Trials: []*TrialResult{trial("classical", 100, false, 1, "x25519")}}); err == nil ||
+		!strings.Contains(err.Error(), "send_lag") {
+		t.Errorf("noValidTrial = %v", err)
+	}
+}
+
+func TestParseNetTCP(t *testing.T) {
+	tcp := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:07E8 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1060 1 00000000b7eed0bf 100 0 0 10 0
+   1: 0100007F:A207 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 741601 1 00000000dafda51f 100 0 0 10 0
+   2: 0100007F:A207 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000     0        0 741700 1 0000000000000000 20 4 30 10 -1
+   3: garbage
+`
+	tcp6 := `  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:01BB 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 5555 1 0000000000000000 100 0 0 10 0
+   1: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 6666 1 0000000000000000 100 0 0 10 0
+`
+	got := ParseNetTCP([]byte(tcp))
+	want := []Listener{{netip.MustParseAddrPort("0.0.0.0:2024"), 1060}, {netip.MustParseAddrPort("127.0.0.1:41479"), 741601}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("tcp: %v, want %v", got, want)
+	}
+	got6 := ParseNetTCP([]byte(tcp6))
+	if len(got6) != 2 || got6[0].Addr != netip.MustParseAddrPort("[::]:443") || got6[1].Addr != netip.MustParseAddrPort("[::1]:8080") || got6[1].Inode != 6666 {
+		t.Fatalf("tcp6: %v", got6)
+	}
+	lo := netip.MustParseAddr("127.0.0.1")
+	for _, tc := range []struct {
+		l    Listener
+		ip   netip.Addr
+		port uint16
+		want bool
+	}{
+		{want[1], lo, 41479, true},
+		{want[1], lo, 41480, false},
+		{want[1], netip.MustParseAddr("127.0.0.2"), 41479, false},
+		{want[0], lo, 2024, true},  // 0.0.0.0
+		{got6[0], lo, 443, true},   // [::] takes IPv4 too
+		{got6[1], lo, 8080, false}, // ::1 is not 127.0.0.1
+		{Listener{Addr: netip.MustParseAddrPort("[::ffff:127.0.0.1]:9")}, lo, 9, true},
+	} {
+		if got := tc.l.matches(tc.ip, tc.port); got != tc.want {
+			t.Errorf("%v matches %v:%d = %v", tc.l.Addr, tc.ip, tc.port, got)
+		}
+	}
+}
+
+func FuzzParseNetTCP(f *testing.F) {
+	f.Add([]byte("   1: 0100007F:A207 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 741601 1 0 100 0 0 10 0\n"))
+	f.Add([]byte("   0: 00000000000000000000000001000000:1F90 00000000000000000000000000000000:0000 0A 0:0 0:0 0 0 0 6666\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, l := range ParseNetTCP(b) {
+			if !l.Addr.IsValid() || l.Inode == 0 {
+				t.Fatalf("accepted %v from %q", l, b)
+			}
+		}
+	})
+}
