@@ -865,42 +865,73 @@ func TestSpoolFitsItsVolume(t *testing.T) {
 }
 
 // spoolBytesDefault is the spool cap exporter.NewKafka sets when
-// KafkaConfig.SpoolBytes is zero, as `pqwatch run` leaves it: read from the
-// setDefault(&cfg.SpoolBytes, ...) call in exporter/kafka.go, so that a new
-// default is seen here.
+// KafkaConfig.SpoolBytes is zero, as `pqwatch run` leaves it: the value of
+// the setDefault(&cfg.SpoolBytes, ...) call in package exporter, evaluated
+// with the package's constants, so that a new default is seen here.
 func spoolBytesDefault(t *testing.T) int64 {
 	t.Helper()
 	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, filepath.Join("..", "exporter", "kafka.go"), nil, 0)
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob(filepath.Join("..", "exporter", "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no exporter sources: %v", err)
 	}
 	var arg ast.Expr
-	ast.Inspect(f, func(n ast.Node) bool {
-		call, ok := n.(*ast.CallExpr)
-		if !ok || len(call.Args) != 2 {
-			return true
+	consts := map[string]ast.Expr{}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
 		}
-		if id, ok := call.Fun.(*ast.Ident); !ok || id.Name != "setDefault" {
-			return true
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if u, ok := call.Args[0].(*ast.UnaryExpr); ok {
-			if sel, ok := u.X.(*ast.SelectorExpr); ok && sel.Sel.Name == "SpoolBytes" {
-				arg = call.Args[1]
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.GenDecl:
+				if n.Tok == token.CONST {
+					for _, spec := range n.Specs {
+						vs := spec.(*ast.ValueSpec)
+						for i, id := range vs.Names {
+							if i < len(vs.Values) {
+								consts[id.Name] = vs.Values[i]
+							}
+						}
+					}
+				}
+			case *ast.CallExpr:
+				if id, ok := n.Fun.(*ast.Ident); ok && id.Name == "setDefault" && len(n.Args) == 2 {
+					if u, ok := n.Args[0].(*ast.UnaryExpr); ok {
+						if sel, ok := u.X.(*ast.SelectorExpr); ok && sel.Sel.Name == "SpoolBytes" {
+							arg = n.Args[1]
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	if arg == nil {
+		t.Fatal("package exporter has no setDefault(&cfg.SpoolBytes, ...): find where the spool cap is set now and read it from there")
+	}
+	// The package's constants, in as many passes as their references need.
+	pkg := types.NewPackage("exporter", "exporter")
+	for progress := true; progress; {
+		progress = false
+		for name, e := range consts {
+			if tv, err := types.Eval(fset, pkg, token.NoPos, types.ExprString(e)); err == nil && tv.Value != nil {
+				pkg.Scope().Insert(types.NewConst(token.NoPos, pkg, name, tv.Type, tv.Value))
+				delete(consts, name)
+				progress = true
 			}
 		}
-		return true
-	})
-	if arg == nil {
-		t.Fatal("exporter/kafka.go: no setDefault(&cfg.SpoolBytes, ...): find where the spool cap is set now and read it from there")
 	}
-	tv, err := types.Eval(fset, nil, token.NoPos, types.ExprString(arg))
+	tv, err := types.Eval(fset, pkg, token.NoPos, types.ExprString(arg))
 	if err != nil || tv.Value == nil {
-		t.Fatalf("exporter/kafka.go: spool default %s is not a constant expression: %v", types.ExprString(arg), err)
+		t.Fatalf("exporter: spool default %s is not a constant expression: %v", types.ExprString(arg), err)
 	}
 	n, ok := constant.Int64Val(tv.Value)
 	if !ok || n <= 0 {
-		t.Fatalf("exporter/kafka.go: spool default %s", tv.Value)
+		t.Fatalf("exporter: spool default %s", tv.Value)
 	}
 	return n
 }
