@@ -26,7 +26,23 @@ type acceptSource struct {
 	// unknownPid counts accepts found whose process the tracker did not
 	// know (yet): the record waited for a scan or fell back.
 	unknownPid atomic.Uint64
+
+	// seen remembers the generation of every serving pid of recent scans,
+	// for accepts by processes that exited since (a worker that drained
+	// after WINCH or a reload): pid -> generation, dropped a minute after
+	// its last scan.
+	mu       sync.Mutex
+	seen     map[int]seenPid
+	seenScan time.Time // the scan seen was last refreshed from
 }
+
+type seenPid struct {
+	gen  *record.Generation
+	last time.Time
+}
+
+// seenTTL is how long an exited process's generation is remembered.
+const seenTTL = time.Minute
 
 func (s *acceptSource) close() {
 	if a := s.a.Swap(nil); a != nil {
@@ -80,7 +96,8 @@ func (t *Tracker) AcceptStats() AcceptStats {
 type acceptResult int
 
 const (
-	acceptMiss    acceptResult = iota // no accept event: look elsewhere
+	acceptOff     acceptResult = iota // no accept events, or not a TCP record
+	acceptMiss                        // no accept event (yet: the reader may lag a connection this short)
 	acceptFound                       // the accepting process's generation
 	acceptUnknown                     // an accept by a process the last scan did not know
 )
@@ -90,7 +107,7 @@ const (
 func (t *Tracker) attributeAccept(r *record.Handshake) (*record.Generation, acceptResult) {
 	a := t.acc.a.Load()
 	if a == nil || r.Transport != record.TransportTCP {
-		return nil, acceptMiss
+		return nil, acceptOff
 	}
 	client, err1 := netip.ParseAddrPort(r.Client)
 	server, err2 := netip.ParseAddrPort(r.Server)
@@ -105,9 +122,47 @@ func (t *Tracker) attributeAccept(r *record.Handshake) (*record.Generation, acce
 	if !ok {
 		return nil, acceptMiss
 	}
-	g, ok := t.GenerationOf(e.TGID)
-	if !ok {
-		return nil, acceptUnknown
+	if g, ok := t.GenerationOf(e.TGID); ok {
+		return g, acceptFound
 	}
-	return g, acceptFound
+	if g, ok := t.rememberedGeneration(e.TGID); ok {
+		return g, acceptFound
+	}
+	return nil, acceptUnknown
+}
+
+// rememberedGeneration returns the generation pid served in until it
+// exited, as of the scans since the last call (refreshed once per scan).
+func (t *Tracker) rememberedGeneration(pid int) (*record.Generation, bool) {
+	s := &t.acc
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if last, _ := t.LastScan(); last.After(s.seenScan) {
+		s.seenScan = last
+		if s.seen == nil {
+			s.seen = map[int]seenPid{}
+		}
+		for _, g := range t.Generations() {
+			if !g.Alive {
+				continue
+			}
+			if g.MasterPID > 0 {
+				gc := g.Generation
+				gc.WorkerPID = 0
+				s.seen[g.MasterPID] = seenPid{&gc, last}
+			}
+			for _, w := range append(g.Workers, g.Draining...) {
+				gc := g.Generation
+				gc.WorkerPID = w
+				s.seen[w] = seenPid{&gc, last}
+			}
+		}
+		for p, e := range s.seen {
+			if last.Sub(e.last) > seenTTL {
+				delete(s.seen, p)
+			}
+		}
+	}
+	e, ok := s.seen[pid]
+	return e.gen, ok
 }

@@ -124,13 +124,15 @@ func (a *Attribution) Run() {
 					in = nil
 					break drain
 				}
-				// An accept event answers at once; an accept by a
-				// process not yet scanned (a new worker) waits for the
-				// scan like a quiet-period record.
+				// An accept event answers at once. An accept by a
+				// process not yet scanned (a new worker), or none yet
+				// (the ring buffer's reader can lag a connection of a
+				// millisecond), waits for the next scan like a
+				// quiet-period record, and is asked again.
 				switch a.fromAccept(it, false) {
 				case acceptFound:
 					continue
-				case acceptUnknown:
+				case acceptUnknown, acceptMiss:
 					if len(pending) < cap(a.q) {
 						pending = append(pending, it)
 						continue
