@@ -98,6 +98,7 @@ var chartOptions = []struct {
 	{"metrics on the pod IP", map[string]any{"metrics": map[string]any{"bind": "podIP"}}, []string{"metrics-pod-ip"}},
 	{"metrics on localhost", map[string]any{"metrics": map[string]any{"bind": "localhost"}}, []string{"metrics-localhost"}},
 	{"no process tracking", map[string]any{"processTracking": false}, []string{"no-process-tracking"}},
+	{"accept events", map[string]any{"acceptEvents": true}, []string{"accept-events"}},
 	{"prometheus-operator", map[string]any{
 		"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
 	}, []string{"prometheus-operator"}},
@@ -244,6 +245,7 @@ func TestHelmChartRefuses(t *testing.T) {
 		{map[string]any{"metrics": map[string]any{"bind": "public"}}, "metrics.bind must be all, podIP or localhost"},
 		{map[string]any{"metrics": map[string]any{"bind": "localhost"}, "serviceMonitor": map[string]any{"enabled": true}}, "cannot reach 127.0.0.1"},
 		{map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}, "choose one"},
+		{map[string]any{"acceptEvents": true, "processTracking": false}, "acceptEvents needs processTracking"},
 	} {
 		_, err := renderChartErr(t, "pqwatch", "pqwatch", tc.values)
 		if err == nil || !strings.Contains(err.Error(), tc.reason) {

@@ -314,6 +314,12 @@ func TestKustomizeComponents(t *testing.T) {
 				t.Error("hostPID still on")
 			}
 		}},
+		{[]string{"accept-events"}, func(t *testing.T, o *objects) {
+			caps := o.daemonSets[0].Spec.Template.Spec.Containers[0].SecurityContext.Capabilities.Add
+			if !slices.Contains(caps, "BPF") || !slices.Contains(caps, "PERFMON") {
+				t.Errorf("capabilities.add %v lack BPF and PERFMON", caps)
+			}
+		}},
 		{[]string{"prometheus-operator", "metrics-pod-ip", "no-process-tracking"}, func(t *testing.T, o *objects) {}},
 	} {
 		t.Run(strings.Join(tc.components, "+"), func(t *testing.T) {
@@ -422,14 +428,23 @@ func checkObjects(t *testing.T, o *objects) {
 	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) {
 		t.Errorf("capabilities.drop = %v, want [ALL]", sc.Capabilities.Drop)
 	}
+	// Accept events (eBPF) come with the host's tracefs, and need tracking.
+	acceptEvents := slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "tracefs" })
+	if acceptEvents && !tracking {
+		t.Error("accept events (tracefs, BPF, PERFMON) without process tracking")
+	}
 	add := slices.Clone(sc.Capabilities.Add)
 	slices.Sort(add)
 	wantCaps := []corev1.Capability{"NET_RAW"}
 	if tracking {
 		wantCaps = append(wantCaps, "SYS_PTRACE")
 	}
+	if acceptEvents {
+		wantCaps = append(wantCaps, "BPF", "PERFMON")
+	}
+	slices.Sort(wantCaps)
 	if !slices.Equal(add, wantCaps) {
-		t.Errorf("capabilities.add = %v, want exactly %v (process tracking %v)", sc.Capabilities.Add, wantCaps, tracking)
+		t.Errorf("capabilities.add = %v, want exactly %v (process tracking %v, accept events %v)", sc.Capabilities.Add, wantCaps, tracking, acceptEvents)
 	}
 
 	// Ports and probes.
@@ -497,6 +512,9 @@ func checkObjects(t *testing.T, o *objects) {
 		hostVols = append(hostVols, "host-proc")
 	} else if _, ok := vols["host-proc"]; ok {
 		t.Error("host-proc volume without process tracking")
+	}
+	if acceptEvents {
+		hostVols = append(hostVols, "tracefs")
 	}
 	for _, name := range hostVols {
 		v, ok := vols[name]

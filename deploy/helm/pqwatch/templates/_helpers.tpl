@@ -26,3 +26,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "metrics.bind=localhost: a ServiceMonitor or PodMonitor scrapes the pod IP and cannot reach 127.0.0.1" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Accept events need process tracking. */}}
+{{- define "pqwatch.checkAcceptEvents" -}}
+{{- if and .Values.acceptEvents (not .Values.processTracking) -}}
+{{- fail "acceptEvents needs processTracking: the accept events attribute handshakes to the generations process tracking finds" -}}
+{{- end -}}
+{{- end -}}
