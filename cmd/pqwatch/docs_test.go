@@ -953,7 +953,7 @@ func agentMetrics(t *testing.T) (map[string][]string, map[string]string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pt.Close() })
-	d.MustRegister(pt.Collector())
+	d.MustRegister(pt.Collector(), proctrack.NewLogPID(pt))
 	// With -kafka-brokers, the Kafka sink's health (nothing listens at
 	// port 1: the sink only fails to deliver, which is all this needs).
 	k, err := exporter.NewKafka(exporter.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
