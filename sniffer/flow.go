@@ -41,9 +41,13 @@ type flow struct {
 	mss        [2]uint16 // MSS announced in each direction's SYN
 	ts         [2]bool   // timestamp option in each direction's SYN
 	rec        *record.Handshake
-	chDone     bool // first ClientHello parsed (or failed)
-	shFinal    bool // final ServerHello seen
-	tls12Wait  bool // TLS 1.2: waiting for ServerKeyExchange
+	live       bool // in the table (false once removed)
+	mem        int  // buffer bytes, as counted in Sniffer.tcpBytes
+	bprev      *flow
+	bnext      *flow // list of flows holding buffers (mem > 0)
+	chDone     bool  // first ClientHello parsed (or failed)
+	shFinal    bool  // final ServerHello seen
+	tls12Wait  bool  // TLS 1.2: waiting for ServerKeyExchange
 	shFirstTS  time.Time
 	alert      string
 	rst        bool
@@ -68,7 +72,8 @@ const (
 	afterSHAbbreviated        // ChangeCipherSpec or NewSessionTicket: the session was resumed
 )
 
-func (s *Sniffer) tcp(ts time.Time, p *packet) {
+// tcp handles one TCP segment and returns its flow (nil when none).
+func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 	src := netip.AddrPortFrom(p.src, p.sport)
 	dst := netip.AddrPortFrom(p.dst, p.dport)
 	key, d := makeKey(src, dst)
@@ -78,7 +83,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 		// unknown flow creates no state (SYN floods cost one entry each,
 		// bounded by MaxFlows).
 		if len(p.payload) == 0 && p.flags&flagSYN == 0 {
-			return
+			return f
 		}
 		f = s.newFlow(key)
 		if p.flags&flagSYN != 0 {
@@ -106,7 +111,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 				st.fin = true
 			}
 		}
-		return
+		return f
 	}
 	if p.truncated {
 		s.errs[errSnapTruncated]++
@@ -115,6 +120,9 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 		seq := p.seq
 		if p.flags&flagSYN != 0 {
 			seq++ // data on a SYN (TFO) starts after it
+		}
+		if st.buf == nil {
+			st.buf = s.pool.get()
 		}
 		if st.add(seq, p.payload, ts, s.cfg.MaxStreamBytes, p.truncated) {
 			s.advance(f, d, ts)
@@ -131,13 +139,13 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 		s.acked(f, 1-d, p.ack, ts)
 	}
 	if f.state == stFinished || f.state == stIgnore {
-		return
+		return f
 	}
 	if p.flags&flagRST != 0 {
 		f.rst = true
 		s.finish(f, record.OutcomeReset)
 		s.remove(f)
-		return
+		return f
 	}
 	if p.flags&flagFIN != 0 {
 		st.fin = true
@@ -149,6 +157,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) {
 			s.remove(f)
 		}
 	}
+	return f
 }
 
 // advance parses whatever new bytes direction d's prefix holds.
@@ -282,6 +291,9 @@ func (s *Sniffer) parseRecords(f *flow, d int) {
 		switch hdr.ContentType {
 		case tlsparse.ContentHandshake:
 			if len(st.hs) < s.cfg.MaxStreamBytes {
+				if st.hs == nil {
+					st.hs = s.pool.get()
+				}
 				st.hs = append(st.hs, body...)
 				if len(st.recMap) < 32 {
 					st.recMap = append(st.recMap, recSpan{hsEnd: len(st.hs), streamEnd: st.recOff})
@@ -531,8 +543,8 @@ func (s *Sniffer) finish(f *flow, outcome string) {
 func (s *Sniffer) drop(f *flow) {
 	f.state = stFinished
 	f.rec = nil
-	f.dir[0].reset()
-	f.dir[1].reset()
+	f.dir[0].release(&s.pool)
+	f.dir[1].release(&s.pool)
 }
 
 // lostBytes reports a gap that hides what decides the outcome: in the
@@ -711,8 +723,8 @@ func (s *Sniffer) canStepOver(f *flow, d, a, b int) bool {
 
 func (s *Sniffer) ignore(f *flow) {
 	f.state = stIgnore
-	f.dir[0].reset()
-	f.dir[1].reset()
+	f.dir[0].release(&s.pool)
+	f.dir[1].release(&s.pool)
 }
 
 // fillClientHello copies what the record needs out of a parsed ClientHello.
@@ -773,6 +785,7 @@ func (s *Sniffer) newFlow(key flowKey) *flow {
 		f = &flow{}
 	}
 	f.key = key
+	f.live = true
 	f.clientDir = -1
 	f.dir[0].tlsStart, f.dir[1].tlsStart = -1, -1
 	s.flows[key] = f
@@ -820,14 +833,24 @@ func (s *Sniffer) unlink(f *flow) {
 func (s *Sniffer) remove(f *flow) {
 	s.unlink(f)
 	delete(s.flows, f.key)
+	s.tcpBytes -= f.mem
+	if f.mem > 0 {
+		s.unbuffer(f)
+	}
 	d0, d1 := f.dir[0], f.dir[1]
-	d0.reset()
-	d1.reset()
+	d0.release(&s.pool)
+	d1.release(&s.pool)
 	*f = flow{dir: [2]stream{d0, d1}}
-	if len(s.free) < 1024 {
+	// A small pool of flows without buffers (those go to s.pool, bounded
+	// in bytes), so memory a flood took is returned once its flows are
+	// gone.
+	if len(s.free) < maxFree {
 		s.free = append(s.free, f)
 	}
 }
+
+// maxFree bounds the pool of freed flows.
+const maxFree = 256
 
 // plainHTTP reports a plaintext HTTP request or response (never followed
 // by TLS on the same connection; CONNECT is not matched, it precedes TLS).

@@ -63,8 +63,9 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 	case c.Closed != "":
 		r.Outcome = record.OutcomeAlert
 		r.Alert = quicAlert(c.Closed)
-	case s.flushing:
-		// The capture ended (Flush) before the ServerHello, like TCP.
+	case s.flushing || c.MemoryEvicted:
+		// The capture ended (Flush) before the ServerHello, like TCP, or
+		// the connection was dropped to stay within the memory budget.
 		r.Outcome = record.OutcomeTruncated
 	case c.ClientHelloTruncated:
 		// Expired or evicted before the ClientHello itself completed.

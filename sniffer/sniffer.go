@@ -8,7 +8,10 @@
 package sniffer
 
 import (
+	"math"
 	"net/netip"
+	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/pqwatch/pqwatch/record"
@@ -33,6 +36,16 @@ type Config struct {
 	MaxPlaintextScan int
 	// MaxQUICConns caps QUIC connection state. Default 16384.
 	MaxQUICConns int
+	// MaxBufferedBytes is one budget, in bytes, for everything a flood can
+	// grow: TCP reassembly buffers (the prefix, out-of-order segments and
+	// handshake messages of each direction) and QUIC CRYPTO buffers. When
+	// it is exceeded the oldest unfinished flow or QUIC connection holding
+	// buffers is evicted (the table holding more bytes gives one up), its
+	// record (if it has one) ends truncated, and it is counted as
+	// memory_evicted / quic_memory_evicted. Default DefaultMaxBufferedBytes,
+	// or less under a Go memory limit (GOMEMLIMIT): a quarter of it shared
+	// by GOMAXPROCS sniffers.
+	MaxBufferedBytes int
 	// Ports, when not empty, narrows the packets examined to TCP/UDP
 	// packets with one of these ports on either side.
 	Ports []uint16
@@ -57,7 +70,18 @@ func (c *Config) defaults() {
 	if c.MaxQUICConns <= 0 {
 		c.MaxQUICConns = 16384
 	}
+	if c.MaxBufferedBytes <= 0 {
+		c.MaxBufferedBytes = DefaultMaxBufferedBytes
+		if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 {
+			share := lim / 4 / int64(runtime.GOMAXPROCS(0))
+			c.MaxBufferedBytes = int(max(1<<20, min(share, DefaultMaxBufferedBytes)))
+		}
+	}
 }
+
+// DefaultMaxBufferedBytes is Config.MaxBufferedBytes without a Go memory
+// limit.
+const DefaultMaxBufferedBytes = 64 << 20
 
 // Stats counts what the sniffer saw and dropped. Errors are by reason.
 type Stats struct {
@@ -71,8 +95,11 @@ type Stats struct {
 	FlowsEvicted uint64
 	FlowsExpired uint64
 	Records      uint64
-	Errors       map[string]uint64
-	QUIC         map[string]uint64
+	// BufferedBytes is what the sniffer's buffers hold now, as counted
+	// against Config.MaxBufferedBytes.
+	BufferedBytes int
+	Errors        map[string]uint64
+	QUIC          map[string]uint64
 }
 
 // Sniffer is the packet-to-record pipeline.
@@ -82,12 +109,17 @@ type Sniffer struct {
 	// LRU list by last activity: head = most recent.
 	head, tail *flow
 	free       []*flow
+	pool       bufPool // freed stream buffers, bounded in bytes
 	pkt        packet
 	ports      *[1024]uint64 // bitset of Config.Ports, nil = all
 	quic       *quic.ConnTable
 	lastExpire time.Time
 	flushing   bool // inside Flush: QUIC connections end as truncated
-	now        time.Time
+	tcpBytes   int  // TCP buffer bytes held by flows in the table (flow.mem)
+	// Flows holding buffers, in the order they began to: bhead is the
+	// oldest, evicted first when the budget is exceeded.
+	bhead, btail *flow
+	now          time.Time
 
 	stats Stats
 	errs  [len(errReasons)]uint64
@@ -116,6 +148,8 @@ const (
 	errNotClientHello
 	errNoSYNIncomplete
 	errQUICNoClientHello
+	errMemoryEvicted
+	errQUICMemoryEvicted
 	errCount
 )
 
@@ -156,6 +190,10 @@ var errReasons = [errCount]string{
 	// never a record. Initial keys derive from the public DCID, so anyone
 	// can forge such packets.
 	errQUICNoClientHello: "quic_no_client_hello",
+	// Unfinished flows and QUIC connections evicted, oldest first, to
+	// keep the buffers within Config.MaxBufferedBytes.
+	errMemoryEvicted:     "memory_evicted",
+	errQUICMemoryEvicted: "quic_memory_evicted",
 }
 
 // ErrorReasons lists every reason Stats.Errors can hold, so metrics can be
@@ -210,11 +248,15 @@ func (s *Sniffer) Packet(ts time.Time, link int, data []byte) {
 		switch p.proto {
 		case protoTCP:
 			s.stats.TCPPackets++
-			s.tcp(ts, p)
+			if f := s.tcp(ts, p); f != nil && f.live {
+				s.account(f)
+			}
+			s.enforce()
 		case protoUDP:
 			s.stats.UDPPackets++
 			if len(p.payload) > 0 {
 				s.quic.Datagram(ts, netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), p.payload)
+				s.enforce()
 			}
 		}
 	}
@@ -252,6 +294,7 @@ func (s *Sniffer) Flush() {
 func (s *Sniffer) Stats() Stats {
 	st := s.stats
 	st.FlowsActive = len(s.flows)
+	st.BufferedBytes = s.tcpBytes + s.quic.Buffered()
 	st.Errors = make(map[string]uint64)
 	for i, n := range s.errs {
 		if n > 0 {
@@ -267,4 +310,71 @@ func (s *Sniffer) emit(r *record.Handshake) {
 	if s.cfg.OnRecord != nil {
 		s.cfg.OnRecord(r)
 	}
+}
+
+// account brings s.tcpBytes up to date with f's buffers.
+func (s *Sniffer) account(f *flow) {
+	m := f.dir[0].mem() + f.dir[1].mem()
+	switch {
+	case f.mem == 0 && m > 0:
+		f.bprev, f.bnext = s.btail, nil
+		if s.btail != nil {
+			s.btail.bnext = f
+		} else {
+			s.bhead = f
+		}
+		s.btail = f
+	case f.mem > 0 && m == 0:
+		s.unbuffer(f)
+	}
+	s.tcpBytes += m - f.mem
+	f.mem = m
+}
+
+// unbuffer takes f off the list of flows holding buffers.
+func (s *Sniffer) unbuffer(f *flow) {
+	if f.bprev != nil {
+		f.bprev.bnext = f.bnext
+	} else {
+		s.bhead = f.bnext
+	}
+	if f.bnext != nil {
+		f.bnext.bprev = f.bprev
+	} else {
+		s.btail = f.bprev
+	}
+	f.bprev, f.bnext = nil, nil
+}
+
+// enforce evicts, oldest first, unfinished flows or QUIC connections that
+// hold buffers until the buffers fit Config.MaxBufferedBytes. The table
+// holding more bytes gives one up.
+func (s *Sniffer) enforce() {
+	for s.tcpBytes+s.quic.Buffered() > s.cfg.MaxBufferedBytes {
+		if s.tcpBytes >= s.quic.Buffered() {
+			if !s.evictOldest() {
+				return
+			}
+			s.errs[errMemoryEvicted]++
+		} else {
+			if !s.quic.EvictOldest() {
+				return
+			}
+			s.errs[errQUICMemoryEvicted]++
+		}
+	}
+}
+
+// evictOldest finishes and drops the flow that has held buffers longest
+// (a handshake still unfinished: finished flows hold none); its record (if
+// any) ends truncated: pqwatch's loss, not the server's.
+func (s *Sniffer) evictOldest() bool {
+	f := s.bhead
+	if f == nil {
+		return false
+	}
+	f.dir[0].gap, f.dir[1].gap = true, true // lost for good: truncated
+	s.finish(f, record.OutcomeTruncated)
+	s.remove(f)
+	return true
 }

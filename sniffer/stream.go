@@ -63,10 +63,51 @@ type recSpan struct {
 
 const maxStarts = 64
 
-func (s *stream) reset() {
-	buf, hs, pend, starts, sts, rm := s.buf[:0], s.hs[:0], s.pending[:0], s.starts[:0], s.startTS[:0], s.recMap[:0]
-	*s = stream{buf: buf, hs: hs, pending: pend, starts: starts, startTS: sts, recMap: rm, tlsStart: -1}
+// release resets the stream and hands its buffers to pool (or to the
+// garbage collector): a tombstone, or a flow in the free list, keeps none.
+func (s *stream) release(pool *bufPool) {
+	pool.put(s.buf)
+	pool.put(s.hs)
+	pend, starts, sts, rm := s.pending[:0], s.starts[:0], s.startTS[:0], s.recMap[:0]
+	clear(pend[:cap(pend)]) // the segments' data goes
+	*s = stream{pending: pend, starts: starts, startTS: sts, recMap: rm, tlsStart: -1}
 }
+
+// bufPool keeps a bounded number of bytes of freed stream buffers for new
+// flows, so short connections reuse memory and a flood's memory is
+// returned once its flows are gone.
+type bufPool struct {
+	bufs  [][]byte
+	bytes int
+}
+
+const (
+	poolMaxBytes = 4 << 20  // all buffers the pool keeps
+	poolMaxCap   = 16 << 10 // the largest one it keeps
+)
+
+func (p *bufPool) put(b []byte) {
+	if c := cap(b); c >= 256 && c <= poolMaxCap && p.bytes+c <= poolMaxBytes {
+		p.bufs = append(p.bufs, b[:0])
+		p.bytes += c
+	}
+}
+
+// get returns an empty buffer, nil when the pool has none.
+func (p *bufPool) get() []byte {
+	n := len(p.bufs)
+	if n == 0 {
+		return nil
+	}
+	b := p.bufs[n-1]
+	p.bufs[n-1] = nil
+	p.bufs = p.bufs[:n-1]
+	p.bytes -= cap(b)
+	return b
+}
+
+// mem is the buffer bytes the stream holds.
+func (s *stream) mem() int { return cap(s.buf) + cap(s.hs) + s.pendBy }
 
 // add places a data segment with sequence number seq. It reports whether
 // the contiguous prefix grew. limit caps the bytes kept per direction.

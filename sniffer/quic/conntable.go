@@ -84,6 +84,9 @@ type Conn struct {
 	// ClientHelloTruncated is true when a ClientHello started
 	// (ClientHelloStarted) but the message never completed.
 	ClientHelloTruncated bool
+	// MemoryEvicted is true when EvictOldest dropped the connection to
+	// stay within a memory budget: pqwatch's loss, not the server's.
+	MemoryEvicted bool
 }
 
 // minClientHello is the smallest ClientHello message, header included:
@@ -124,6 +127,9 @@ type conn struct {
 	shDone      bool
 	shOff       int // server stream offset of the next message
 	done        bool
+	mem         int // CRYPTO buffer bytes held, as counted in ConnTable.buffered
+	bprev       *conn
+	bnext       *conn // list of connections holding buffers (mem > 0)
 	lastSeen    time.Time
 	prev, next  *conn
 }
@@ -150,6 +156,7 @@ const (
 	statEvicted
 	statExpired
 	statClosed
+	statMemoryEvicted
 	numStats
 )
 
@@ -158,7 +165,7 @@ var statNames = [numStats]string{
 	"decrypt_failed", "frame_error", "unexpected_frame", "crypto_overflow",
 	"bad_handshake", "skipped_0rtt", "skipped_handshake", "retry",
 	"version_negotiation", "initial_packets", "conns_total", "delivered",
-	"evicted", "expired", "closed",
+	"evicted", "expired", "closed", "memory_evicted",
 }
 
 // ConnTable is the table of QUIC connections whose Initial packets are being
@@ -171,6 +178,10 @@ type ConnTable struct {
 	buf        []byte
 	stats      [numStats]uint64
 	lastExpire time.Time
+	buffered   int // CRYPTO buffer bytes held by all connections
+	// Connections holding buffers, in the order they began to: bhead is
+	// the oldest, evicted first by EvictOldest.
+	bhead, btail *conn
 
 	// One derived key pair for a DCID not yet tied to a connection, so a
 	// burst of undecryptable Initials for the same DCID derives once.
@@ -514,6 +525,61 @@ func (t *ConnTable) frames(c *conn, dir int, ts time.Time, plain []byte) {
 	if closed || (c.chDone && c.shDone) {
 		t.deliver(c)
 	}
+	t.account(c)
+}
+
+// account brings t.buffered up to date with c's CRYPTO buffers.
+func (t *ConnTable) account(c *conn) {
+	m := cap(c.streams[dirClient].buf) + cap(c.streams[dirServer].buf)
+	switch {
+	case c.mem == 0 && m > 0:
+		c.bprev, c.bnext = t.btail, nil
+		if t.btail != nil {
+			t.btail.bnext = c
+		} else {
+			t.bhead = c
+		}
+		t.btail = c
+	case c.mem > 0 && m == 0:
+		t.unbuffer(c)
+	}
+	t.buffered += m - c.mem
+	c.mem = m
+}
+
+func (t *ConnTable) unbuffer(c *conn) {
+	if c.bprev != nil {
+		c.bprev.bnext = c.bnext
+	} else {
+		t.bhead = c.bnext
+	}
+	if c.bnext != nil {
+		c.bnext.bprev = c.bprev
+	} else {
+		t.btail = c.bprev
+	}
+	c.bprev, c.bnext = nil, nil
+}
+
+// Buffered reports the CRYPTO buffer bytes the table holds.
+func (t *ConnTable) Buffered() int { return t.buffered }
+
+// EvictOldest delivers and drops the connection that has held CRYPTO
+// buffers longest (an unfinished hello: delivered ones hold none); it
+// reports whether there was one. The connection's Conn has MemoryEvicted
+// set.
+func (t *ConnTable) EvictOldest() bool {
+	c := t.bhead
+	if c == nil {
+		return false
+	}
+	t.stats[statMemoryEvicted]++
+	if c.pub != nil {
+		c.pub.MemoryEvicted = true
+	}
+	t.deliver(c)
+	t.remove(c)
+	return true
 }
 
 func (t *ConnTable) clientHello(c *conn) {
@@ -592,6 +658,7 @@ func (t *ConnTable) deliver(c *conn) {
 	}
 	c.streams[dirClient].release()
 	c.streams[dirServer].release()
+	t.account(c)
 	t.stats[statDelivered]++
 	if t.cfg.OnConn != nil {
 		t.cfg.OnConn(p)
@@ -656,4 +723,9 @@ func (t *ConnTable) unlink(c *conn) {
 func (t *ConnTable) remove(c *conn) {
 	t.unlink(c)
 	delete(t.conns, c.key)
+	t.buffered -= c.mem
+	if c.mem > 0 {
+		t.unbuffer(c)
+	}
+	c.mem = 0
 }
