@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
@@ -11,10 +12,13 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -54,23 +58,113 @@ const (
 // segments starting 16 03 (with and without a SYN, random lengths, through a
 // raw socket) and forged QUIC Initials (keys derived from a random DCID, as
 // anyone can) at a TLS server's port on loopback, with a real TLS handshake
-// in the middle of the flood. No forged segment or Initial may become a
-// record, except `incomplete` for a ClientHello start after a SYN (which
-// looks exactly like a real one); the rest is counted by reason; the real
+// in the middle of the flood, while tcpdump captures; the capture is then
+// read by a sniffer. No forged segment or Initial may become a record,
+// except `incomplete` for a ClientHello start after a SYN (which looks
+// exactly like a real one); the rest is counted by reason; the real
 // handshake is recorded correctly; the failure ratio (alert + reset +
 // timeout over all but incomplete) stays 0.
 func TestForgedFlood(t *testing.T) {
 	testenv.NeedRoot(t)
 	testenv.NeedBin(t, "tcpdump")
-	nTCP, nQUIC := floodSizes()
+	fl := newFlood(t)
+	capture := testenv.StartCapture(t, "", "lo", fmt.Sprintf("port %d", fl.port))
+	fl.send(t)
+	settle()
+	capture.Stop()
+	keep(t, capture.File, "flood.pcap")
+	t.Logf("tcpdump: %v", capture.Stderr)
 
-	port := freePort(t)
-	_, _, cert := testenv.Cert(t, t.TempDir())
-	ln, err := tls.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port), &tls.Config{Certificates: []tls.Certificate{cert}})
+	var recs []*record.Handshake
+	s := sniffer.New(sniffer.Config{OnRecord: func(h *record.Handshake) { recs = append(recs, h) }})
+	fs, err := sniffer.ReadFile(capture.File, s, nil)
+	if err != nil || fs.Err != nil {
+		t.Fatalf("ReadFile: %v %v", err, fs.Err)
+	}
+	// As the live agent would, well after the flood: every flow and QUIC
+	// connection idles out (a capture's end would make them truncated).
+	s.Expire(fs.Last.Add(time.Minute))
+	s.Flush()
+	st := s.Stats()
+	t.Logf("captured %d packets", fs.Packets)
+	fl.check(t, recs, st, false)
+}
+
+// TestForgedFloodLiveAgent sends the same flood at a live agent capturing
+// on lo (AF_PACKET rings, one worker); the agent stops after it, so
+// ClientHello starts still open then end truncated.
+func TestForgedFloodLiveAgent(t *testing.T) {
+	testenv.NeedRoot(t)
+	fl := newFlood(t)
+	var mu sync.Mutex
+	var recs []*record.Handshake
+	a, err := agent.New(agent.Config{
+		Ifaces: []string{"lo"}, Ports: []uint16{uint16(fl.port)}, Workers: 1,
+		OnRecord: func(r *record.Handshake) {
+			mu.Lock()
+			recs = append(recs, r)
+			mu.Unlock()
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	time.Sleep(500 * time.Millisecond) // rings up
+	rss0 := vmRSS(t)
+	fl.send(t)
+	settle()
+	rss1 := vmRSS(t)
+	st := a.SnifferStats()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("agent: %v", err)
+	}
+	t.Logf("test process VmRSS (agent in process): %d kB before the flood, %d kB after it", rss0, rss1)
+	mu.Lock()
+	defer mu.Unlock()
+	fl.check(t, recs, st, true)
+}
+
+// vmRSS is this process's resident set in kB.
+func vmRSS(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+			return n
+		}
+	}
+	return 0
+}
+
+// flood is a TLS server on loopback (TCP and UDP on one port) and the
+// forged traffic for it.
+type flood struct {
+	port       int
+	nTCP       int
+	nQUIC      int
+	quicKind   map[uint16]int // client port -> kind of forged Initial
+	realClient string
+	real       tls.ConnectionState
+	sentTCP    int
+	sentQUIC   int
+}
+
+func newFlood(t *testing.T) *flood {
+	fl := &flood{port: freePort(t), quicKind: map[uint16]int{}}
+	fl.nTCP, fl.nQUIC = floodSizes()
+	_, _, cert := testenv.Cert(t, t.TempDir())
+	ln, err := tls.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", fl.port), &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -84,11 +178,11 @@ func TestForgedFlood(t *testing.T) {
 			}()
 		}
 	}()
-	udpSrv, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+	udpSrv, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", fl.port))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer udpSrv.Close()
+	t.Cleanup(func() { udpSrv.Close() })
 	go func() {
 		buf := make([]byte, 64<<10)
 		for {
@@ -97,24 +191,25 @@ func TestForgedFlood(t *testing.T) {
 			}
 		}
 	}()
+	return fl
+}
 
-	capture := testenv.StartCapture(t, "", "lo", fmt.Sprintf("port %d", port))
-
+// send sends the flood, with the real handshake in its middle.
+func (fl *flood) send(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	if v := os.Getenv("PQWATCH_E2E_SEED"); v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)
 	}
-	t.Logf("seed %d (PQWATCH_E2E_SEED=%d repeats this run); %d forged TCP segments, %d forged Initials", seed, seed, nTCP, nQUIC)
+	t.Logf("seed %d (PQWATCH_E2E_SEED=%d repeats this run); %d forged TCP segments, %d forged Initials", seed, seed, fl.nTCP, fl.nQUIC)
 	rng := rand.New(rand.NewPCG(seed, 0x2545f4914f6cdd1d))
 
 	raw := newRawSender(t)
 	defer raw.close()
-	dst := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", port))
+	dst := netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", fl.port))
 
 	// QUIC: a few sockets per kind, so Initials come from many client
 	// addresses; the port says the kind.
 	const socksPerKind = 8
-	quicKind := map[uint16]int{}
 	var socks [numForgeQUIC][]net.PacketConn
 	for k := range numForgeQUIC {
 		for range socksPerKind {
@@ -124,16 +219,13 @@ func TestForgedFlood(t *testing.T) {
 			}
 			defer c.Close()
 			socks[k] = append(socks[k], c)
-			quicKind[uint16(c.LocalAddr().(*net.UDPAddr).Port)] = k
+			fl.quicKind[uint16(c.LocalAddr().(*net.UDPAddr).Port)] = k
 		}
 	}
 	ch := goClientHello(t)
-	udpDst := udpSrv.LocalAddr()
+	udpDst := net.UDPAddrFromAddrPort(dst)
 
-	realDone := make(chan *tls.ConnectionState, 1)
-	var realClient string
-	sentTCP, sentQUIC := 0, 0
-	total := nTCP + nQUIC
+	total := fl.nTCP + fl.nQUIC
 	for i := range total {
 		if i == total/2 {
 			// The real handshake, in the middle of the flood.
@@ -142,77 +234,66 @@ func TestForgedFlood(t *testing.T) {
 			if err != nil {
 				t.Fatalf("real handshake during the flood: %v", err)
 			}
-			realClient = c.LocalAddr().String()
-			st := c.ConnectionState()
-			realDone <- &st
+			fl.realClient = c.LocalAddr().String()
+			fl.real = c.ConnectionState()
 			c.Close()
 		}
-		if i*nQUIC/total < (i+1)*nQUIC/total && sentQUIC < nQUIC {
-			k := sentQUIC % numForgeQUIC
+		if i*fl.nQUIC/total < (i+1)*fl.nQUIC/total && fl.sentQUIC < fl.nQUIC {
+			k := fl.sentQUIC % numForgeQUIC
 			sock := socks[k][rng.IntN(socksPerKind)]
 			if _, err := sock.WriteTo(forgeInitial(t, rng, k, ch), udpDst); err != nil {
 				t.Fatalf("send Initial: %v", err)
 			}
-			sentQUIC++
+			fl.sentQUIC++
 			continue
 		}
-		k := sentTCP % numForgeTCP
-		raw.forge(t, rng, k, dst)
-		sentTCP++
+		raw.forge(t, rng, fl.sentTCP%numForgeTCP, dst)
+		fl.sentTCP++
 		if i%100 == 99 {
-			time.Sleep(5 * time.Millisecond) // let tcpdump keep up
+			time.Sleep(5 * time.Millisecond) // let the capture keep up
 		}
 	}
-	settle()
-	capture.Stop()
-	keep(t, capture.File, "flood.pcap")
-	t.Logf("tcpdump: %v", capture.Stderr)
-	real := <-realDone
+}
 
-	var recs []*record.Handshake
-	s := sniffer.New(sniffer.Config{OnRecord: func(h *record.Handshake) { recs = append(recs, h) }})
-	fs, err := sniffer.ReadFile(capture.File, s, nil)
-	if err != nil || fs.Err != nil {
-		t.Fatalf("ReadFile: %v %v", err, fs.Err)
-	}
-	// As the live agent would, well after the flood: every flow and QUIC
-	// connection idles out (a capture's end would make them truncated).
-	s.Expire(fs.Last.Add(time.Minute))
-	s.Flush()
-	st := s.Stats()
+// check holds the records and counters to the flood's rules. A ClientHello
+// start after a SYN may be incomplete (or truncated, when the capture
+// ended first and endTruncated is set).
+func (fl *flood) check(t *testing.T, recs []*record.Handshake, st sniffer.Stats, endTruncated bool) {
 	outcomes := map[string]int{}
 	for _, r := range recs {
 		outcomes[r.Outcome]++
 	}
-	t.Logf("sent %d TCP segments (raw), %d Initials, 1 real handshake; captured %d packets; records %d %v; errors %v; quic %v",
-		sentTCP, sentQUIC, fs.Packets, len(recs), outcomes, st.Errors, nonZero(st.QUIC))
-
+	t.Logf("sent %d TCP segments (raw), %d Initials, 1 real handshake; records %d %v; errors %v; quic %v",
+		fl.sentTCP, fl.sentQUIC, len(recs), outcomes, st.Errors, nonZero(st.QUIC))
+	start := func(o string) bool {
+		return o == record.OutcomeIncomplete || endTruncated && o == record.OutcomeTruncated
+	}
 	realSeen := 0
 	for _, r := range recs {
 		js, _ := json.Marshal(r)
 		switch {
-		case r.Client == realClient:
+		case r.Client == fl.realClient:
 			realSeen++
 			if r.Outcome != record.OutcomeOK || r.Transport != record.TransportTCP || r.Version != "TLS1.3" ||
-				r.Group != tls.CurveID(real.CurveID).String() || r.SNI != "flood.test" {
-				t.Errorf("the real handshake (%s, group %v) recorded as %s", realClient, real.CurveID, js)
+				r.Group != fl.real.CurveID.String() || r.SNI != "flood.test" {
+				t.Errorf("the real handshake (%s, group %v) recorded as %s", fl.realClient, fl.real.CurveID, js)
 			}
 		case r.Transport == record.TransportTCP:
 			ap, _ := netip.ParseAddrPort(r.Client)
 			kind := int(ap.Addr().As4()[3]) - 10
-			if kind != forgeHelloStartSYN || r.Outcome != record.OutcomeIncomplete {
+			if kind != forgeHelloStartSYN || !start(r.Outcome) {
 				t.Errorf("forged TCP segment (kind %d) became a record: %s", kind, js)
 			}
 		default:
 			ap, _ := netip.ParseAddrPort(r.Client)
-			kind := quicKind[ap.Port()]
-			if kind != forgeQHelloShort || r.Outcome != record.OutcomeIncomplete {
+			kind := fl.quicKind[ap.Port()]
+			if kind != forgeQHelloShort || !start(r.Outcome) {
 				t.Errorf("forged Initial (kind %d) became a record: %s", kind, js)
 			}
 		}
 	}
 	if realSeen != 1 {
-		t.Errorf("the real handshake from %s: %d records, want 1", realClient, realSeen)
+		t.Errorf("the real handshake from %s: %d records, want 1", fl.realClient, realSeen)
 	}
 	failed, attempts := 0, 0
 	for _, r := range recs {
