@@ -8,10 +8,7 @@
 package sniffer
 
 import (
-	"math"
 	"net/netip"
-	"runtime"
-	"runtime/debug"
 	"time"
 
 	"github.com/pqwatch/pqwatch/record"
@@ -42,9 +39,9 @@ type Config struct {
 	// it is exceeded the oldest unfinished flow or QUIC connection holding
 	// buffers is evicted (the table holding more bytes gives one up), its
 	// record (if it has one) ends truncated, and it is counted as
-	// memory_evicted / quic_memory_evicted. Default DefaultMaxBufferedBytes,
-	// or less under a Go memory limit (GOMEMLIMIT): a quarter of it shared
-	// by GOMAXPROCS sniffers.
+	// memory_evicted / quic_memory_evicted. Default: a quarter of the
+	// memory limit pqwatch runs under (GOMEMLIMIT, else the cgroup's, v2 or
+	// v1) shared by GOMAXPROCS sniffers, at most DefaultMaxBufferedBytes.
 	MaxBufferedBytes int
 	// Ports, when not empty, narrows the packets examined to TCP/UDP
 	// packets with one of these ports on either side.
@@ -71,17 +68,9 @@ func (c *Config) defaults() {
 		c.MaxQUICConns = 16384
 	}
 	if c.MaxBufferedBytes <= 0 {
-		c.MaxBufferedBytes = DefaultMaxBufferedBytes
-		if lim := debug.SetMemoryLimit(-1); lim < math.MaxInt64 {
-			share := lim / 4 / int64(runtime.GOMAXPROCS(0))
-			c.MaxBufferedBytes = int(max(1<<20, min(share, DefaultMaxBufferedBytes)))
-		}
+		c.MaxBufferedBytes = defaultBudget()
 	}
 }
-
-// DefaultMaxBufferedBytes is Config.MaxBufferedBytes without a Go memory
-// limit.
-const DefaultMaxBufferedBytes = 64 << 20
 
 // Stats counts what the sniffer saw and dropped. Errors are by reason.
 type Stats struct {
