@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -87,7 +88,14 @@ func swapWithAttribution(t *testing.T, noAccept bool) (Stats, []swapServed) {
 
 	var mu sync.Mutex
 	var out []*record.Handshake
-	at := NewAttribution(tr, func(r *record.Handshake) { mu.Lock(); out = append(out, r); mu.Unlock() })
+	queued := map[*record.Handshake]time.Time{} // Process -> handed on
+	var delays []time.Duration
+	at := NewAttribution(tr, func(r *record.Handshake) {
+		mu.Lock()
+		out = append(out, r)
+		delays = append(delays, time.Since(queued[r]))
+		mu.Unlock()
+	})
 	go at.Run()
 	genA := genByMaster(t, tr, masterA, 2)
 
@@ -126,6 +134,9 @@ func swapWithAttribution(t *testing.T, noAccept bool) (Stats, []swapServed) {
 				}
 			}
 			c.Close()
+			mu.Lock()
+			queued[r] = time.Now()
+			mu.Unlock()
 			at.Process(r) // after the connection closed
 			res = append(res, swapServed{r: r, xpid: xpid})
 		}
@@ -150,6 +161,14 @@ func swapWithAttribution(t *testing.T, noAccept bool) (Stats, []swapServed) {
 	at.Flush()
 	if len(errs) > 0 {
 		t.Errorf("%d handshake errors, first: %v", len(errs), errs[0])
+	}
+	slices.Sort(delays)
+	if len(delays) > 0 {
+		t.Logf("attribution delay (Process to handed on): median %v, p99 %v, max %v",
+			delays[len(delays)/2].Round(time.Microsecond), delays[len(delays)*99/100].Round(time.Microsecond), delays[len(delays)-1].Round(time.Microsecond))
+		if p99 := delays[len(delays)*99/100]; p99 > 2*time.Second {
+			t.Errorf("p99 attribution delay %v, over 2 s", p99)
+		}
 	}
 	workers := wi.snapshot()
 	masters := map[string]int{}

@@ -46,7 +46,15 @@ func NewAttribution(t *Tracker, next func(*record.Handshake)) *Attribution {
 type attribItem struct {
 	r    *record.Handshake
 	done time.Time
+	// due is when the scan it waits for must follow: done, or for a
+	// record waiting for its accept event, done + acceptGrace.
+	due time.Time
 }
+
+// acceptGrace is how long a record whose accept event is not indexed yet
+// (or names a process not scanned yet) waits before it is asked again: the
+// ring buffer's reader and the scans lag most on a loaded machine.
+const acceptGrace = 300 * time.Millisecond
 
 // acceptMargin is how long before its SYN a connection may count as
 // accepted in a quiet-period check: clock granularity and the capture's
@@ -59,7 +67,8 @@ const maxAttribWait = 3 * time.Second
 
 // Process queues r for attribution.
 func (a *Attribution) Process(r *record.Handshake) {
-	it := attribItem{r, time.Now()}
+	now := time.Now()
+	it := attribItem{r, now, now}
 	select {
 	case a.q <- it:
 		if !a.mayBeQuiet(it) || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
@@ -134,6 +143,7 @@ func (a *Attribution) Run() {
 					continue
 				case acceptUnknown, acceptMiss:
 					if len(pending) < cap(a.q) {
+						it.due = it.done.Add(acceptGrace)
 						pending = append(pending, it)
 						continue
 					}
@@ -150,7 +160,7 @@ func (a *Attribution) Run() {
 		scanAt, scanDone := a.t.LastScan()
 		for len(pending) > 0 {
 			it := pending[0]
-			scanned := scanAt.After(it.done)
+			scanned := scanAt.After(it.due)
 			if in != nil && !scanned && time.Since(it.done) < maxAttribWait {
 				break // wait for the scan that follows it
 			}
