@@ -30,7 +30,7 @@ func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
 		return nil, err
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("proctrack: accept events: %w", err)
+		return nil, fmt.Errorf("proctrack: accept events: no CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN): %w", err)
 	}
 	k := &acceptLoaded{done: make(chan struct{})}
 	defer func() {
@@ -70,14 +70,18 @@ func mountTracefs(dir string) error {
 	if dir == "" {
 		dir = "/sys/kernel/tracing"
 	}
-	if _, err := os.Stat(filepath.Join(dir, "events")); err == nil {
+	_, err := os.Stat(filepath.Join(dir, "events"))
+	if err == nil {
 		return nil
+	}
+	if errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("proctrack: accept events: tracefs at %s not readable: needs root, or CAP_BPF and CAP_PERFMON with access to tracefs: %w", dir, err)
 	}
 	if _, err := os.Stat("/sys/kernel/debug/tracing/events"); err == nil {
 		return nil
 	}
 	if err := unix.Mount("nodev", dir, "tracefs", 0, ""); err != nil {
-		return fmt.Errorf("proctrack: accept events: tracefs absent and not mountable on %s: %w", dir, err)
+		return fmt.Errorf("proctrack: accept events: tracefs absent and not mountable on %s (needs CAP_SYS_ADMIN, or the host's tracefs mounted there): %w", dir, err)
 	}
 	return nil
 }
