@@ -1,0 +1,99 @@
+package proctrack
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// TestTwoNginxAcceptAttribution: two nginx instances on different ports
+// of one host, requests interleaved, each record handed to the Attribution
+// stage after its connection closed: every record names the worker that
+// served it (X-Pid) and that worker's own master.
+func TestTwoNginxAcceptAttribution(t *testing.T) {
+	requireNginx(t)
+	openAccepts(t, 0).Close() // skips without root or BTF
+	type inst struct {
+		port   int
+		master int
+		ng     *testenv.Nginx
+	}
+	var ins []*inst
+	for range 2 {
+		port, err := testenv.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ng := testenv.StartNginx(t, testenv.NginxOptions{Listen: "127.0.0.1:" + strconv.Itoa(port), Workers: 2})
+		t.Cleanup(func() { ng.Stop() })
+		ins = append(ins, &inst{port: port, master: readPid(ng.PidFile), ng: ng})
+	}
+	tr, err := New(Config{ScanInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	scanDone := make(chan struct{})
+	go func() { defer close(scanDone); _ = tr.Run(ctx) }()
+	defer func() { cancel(); <-scanDone; tr.Close() }()
+	for _, in := range ins {
+		genByMaster(t, tr, in.master, 2)
+	}
+	var mu sync.Mutex
+	var out []*record.Handshake
+	at := NewAttribution(tr, func(r *record.Handshake) { mu.Lock(); out = append(out, r); mu.Unlock() })
+	go at.Run()
+
+	type sent struct {
+		r            *record.Handshake
+		xpid, master int
+	}
+	var all []sent
+	tr2 := &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, DisableKeepAlives: true}
+	for i := range 200 {
+		in := ins[i%2]
+		var client string
+		tr2.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err == nil {
+				client = c.LocalAddr().String()
+			}
+			return c, err
+		}
+		start := time.Now()
+		resp, err := (&http.Client{Transport: tr2, Timeout: 5 * time.Second}).Get("https://127.0.0.1:" + strconv.Itoa(in.port) + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		xpid, _ := strconv.Atoi(resp.Header.Get("X-Pid"))
+		r := &record.Handshake{Transport: record.TransportTCP, Client: client, Server: "127.0.0.1:" + strconv.Itoa(in.port), FlowStart: start}
+		at.Process(r)
+		all = append(all, sent{r, xpid, in.master})
+	}
+	at.Flush()
+	perMaster := map[int]int{}
+	for i, s := range all {
+		g := s.r.Generation
+		if g == nil || g.WorkerPID != s.xpid || g.MasterPID != s.master {
+			t.Fatalf("request %d: served by worker %d of master %d, attributed %+v", i, s.xpid, s.master, g)
+		}
+		perMaster[g.MasterPID]++
+	}
+	st := tr.Stats()
+	t.Logf("%d records on two nginx, each the X-Pid worker and its master; per master %v; stats %+v", len(all), perMaster, st)
+	if st.ByAccept != uint64(len(all)) {
+		t.Errorf("%d of %d by accept", st.ByAccept, len(all))
+	}
+}
