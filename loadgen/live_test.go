@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,9 +81,14 @@ func checkAB(t *testing.T, res *Results, want map[string]string, server bool) {
 
 // runAB is c.Run, retried while the machine starved it (retryLagged).
 // Invalid trials are left to checkAB to report.
-func runAB(t *testing.T, c *Config) *Results {
+func runAB(t *testing.T, c *Config, before func()) *Results {
 	t.Helper()
-	res, err := retryLagged(t, func() (*Results, error) { return c.Run(context.Background()) })
+	res, err := retryLagged(t, func() (*Results, error) {
+		if before != nil {
+			before()
+		}
+		return c.Run(context.Background())
+	})
 	if err != nil && !errors.Is(err, ErrNoValidTrial) {
 		t.Fatal(err)
 	}
@@ -171,7 +177,7 @@ func TestABGoServer(t *testing.T) {
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
 		ServerPIDs: []int{pid}, OutDir: out, KeepRequests: true,
 	}
-	res := runAB(t, c)
+	res := runAB(t, c, nil)
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
 	checkOutputs(t, out)
 	if d := os.Getenv("LOADGEN_KEEP_OUT"); d != "" {
@@ -242,7 +248,7 @@ func TestABNginx(t *testing.T) {
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
 		ServerPIDs: []int{n.master}, OutDir: out,
 	}
-	res := runAB(t, c)
+	res := runAB(t, c, nil)
 	// Debian's OpenSSL 3.0 has no ML-KEM: the hybrid arm falls back to its
 	// x25519 share, without a HelloRetryRequest (and is flagged for it).
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "x25519", "p256": "secp256r1"}, true)
@@ -262,7 +268,7 @@ func TestABCaddy(t *testing.T) {
 		Rates: []float64{abRate}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials,
 		ServerPIDs: []int{cd.pid}, OutDir: t.TempDir(),
 	}
-	res := runAB(t, c)
+	res := runAB(t, c, nil)
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768", "p256": "secp256r1"}, true)
 }
 
@@ -272,7 +278,7 @@ func TestABCaddy(t *testing.T) {
 // that fixes it, and exit 1; with -insecure the same command succeeds.
 func TestCaddySelfSigned(t *testing.T) {
 	cd := startCaddy(t)
-	args := []string{"-target", cd.addr, "-sni", "localhost", "-rate", "50", "-duration", "0.5", "-warmup", "0.1", "-trials", "1"}
+	args := []string{"-target", cd.addr, "-sni", "localhost", "-rate", "100", "-duration", "1", "-warmup", "0.2", "-trials", "1"}
 	var stdout, stderr strings.Builder
 	code := Main(context.Background(), args, &stdout, &stderr)
 	t.Logf("exit %d\nstderr:\n%s", code, stderr.String())
@@ -481,7 +487,7 @@ func TestMainEndToEnd(t *testing.T) {
 	addr, pid, certFile := startHelperServer(t)
 	args := []string{"-target", addr, "-sni", "localhost", "-ca", certFile,
 		"-arm", "classical=x25519", "-arm", "hybrid=X25519MLKEM768,x25519",
-		"-rates", "100", "-duration", "0.5", "-warmup", "0.1", "-trials", "1", "-arrival", "poisson",
+		"-rates", "100", "-duration", "1", "-warmup", "0.1", "-trials", "1", "-arrival", "poisson",
 		"-server-pid", fmt.Sprint(pid), "-fail-on-errors"}
 	if _, err := os.Stat("/usr/bin/h2load"); err == nil {
 		args = append(args, "-h2load", "/usr/bin/h2load")
@@ -572,14 +578,8 @@ func TestFiguresNginx(t *testing.T) {
 		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
 		Rates: []float64{100}, Duration: abDuration, Warmup: abWarmup, Trials: abTrials, KeepRequests: true,
 	}
-	res, err := retryLagged(t, func() (*Results, error) {
-		_ = os.Truncate(filepath.Join(n.dir, "access.log"), 0)
-		return c.Run(context.Background())
-	})
+	res := runAB(t, c, func() { _ = os.Truncate(filepath.Join(n.dir, "access.log"), 0) })
 	cpu.Stop()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tr := range res.Trials {
 		if !tr.Valid {
 			t.Errorf("trial %d %s invalid: %v", tr.ID, tr.Arm, tr.InvalidReasons)
@@ -600,6 +600,9 @@ func TestFiguresNginx(t *testing.T) {
 	}
 	if cl := res.Summary[0]; cl.CostRatio != 1 || cl.GroupMismatch != "" {
 		t.Errorf("classical: %+v", cl)
+	}
+	if st := res.Study; len(st) != 2 || st[1].VsBaseline != nil || !strings.Contains(st[1].Note, "not X25519MLKEM768") || st[0].VsBaseline == nil {
+		t.Errorf("study: %+v", st)
 	}
 	t.Logf("warnings: %q", res.Warnings)
 
@@ -667,5 +670,56 @@ func TestOverloadInvalid(t *testing.T) {
 	}
 	if svg, _ := os.ReadFile(filepath.Join(out, FileRate)); !strings.Contains(string(svg), "completed handshakes/s") || !strings.Contains(string(svg), "sent OK/s") {
 		t.Errorf("rate.svg does not say what it plots")
+	}
+}
+
+// soak reports whether the heavy cases run at full size (make soak).
+func soak() bool { return os.Getenv("PQWATCH_SOAK") != "" }
+
+// TestLadderCaddy runs the nginx live-swap study's method on Caddy: both
+// arms over a rate ladder, several trials each, and checks the per-arm
+// table (CPU per full handshake, ceiling, flat or not, spread) against the
+// trials it is drawn from, and the trials against Caddy's access log and
+// the test's own schedstat reading. Scaled down here (two rates, two 1 s
+// trials: at least 100 requests a window, so that one late send is not the
+// p99); full size (three rates up to 400/s, five 10 s trials) with
+// PQWATCH_SOAK=1 (make soak).
+func TestLadderCaddy(t *testing.T) {
+	cd := startCaddy(t)
+	c := &Config{
+		Target: cd.addr, SNI: "localhost", RootCAs: certPool(t, cd.cert),
+		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
+		Rates: []float64{100, 200}, Duration: time.Second, Warmup: 200 * time.Millisecond, Trials: 2,
+	}
+	if soak() {
+		c.Rates, c.Duration, c.Warmup, c.Trials = []float64{100, 200, 400}, 10*time.Second, 2*time.Second, 5
+	}
+	cpu := startSchedSampler(func() []int { return []int{cd.pid} })
+	res := runAB(t, c, func() { _ = os.Truncate(cd.accessLog, 0) })
+	cpu.Stop()
+	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768"}, true)
+	checkFigures(t, res, readCaddyLog(t, cd.accessLog), cpu, []int{cd.pid})
+	if len(res.Study) != 2 {
+		t.Fatalf("study %+v", res.Study)
+	}
+	for _, r := range res.Study {
+		var xs []float64
+		for _, tr := range res.Trials {
+			if tr.Arm == r.Arm && tr.Valid {
+				xs = append(xs, *tr.ServerCPUUsPerHandshake)
+			}
+		}
+		if want := spreadOf(xs); math.Abs(r.ServerCPUUsPerHandshake.Mean-want.Mean) > 1e-6 || r.ValidTrials != len(xs) ||
+			len(r.ByRate) != len(c.Rates) || r.Flat == nil || r.CeilingPerSecond != float64(res.Cores)*1e6/want.Mean {
+			t.Errorf("study row %+v, from trials %v", r, xs)
+		}
+		t.Logf("%s: %.1f ± %.1f µs per full handshake (n=%d), ceiling %.0f/s on %d cores, by rate %+v; %s; spread sd %.1f µs, range %.1f µs",
+			r.Arm, r.ServerCPUUsPerHandshake.Mean, r.ServerCPUUsPerHandshake.StdDev, r.ValidTrials, r.CeilingPerSecond, res.Cores,
+			r.ByRate, r.Flatness, r.SpreadUs, r.RangeUs)
+	}
+	if hy := res.Study[1]; hy.VsBaseline == nil {
+		t.Errorf("no hybrid vs classical figure: %+v", hy)
+	} else {
+		t.Logf("hybrid vs classical: %+.1f%% server CPU per full handshake", 100**hy.VsBaseline)
 	}
 }

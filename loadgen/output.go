@@ -148,6 +148,56 @@ func trialsCSV(res *Results) []byte {
 	return []byte(sb.String())
 }
 
+// studyMarkdown renders res.Study: one row per arm, the columns of the
+// nginx live-swap study's table.
+func studyMarkdown(res *Results) string {
+	if len(res.Study) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	what := "server CPU"
+	if res.Study[0].CPUSource == "client" {
+		what = "client CPU (no server measured)"
+	}
+	fmt.Fprintf(&b, "\n**Per arm, over every rate** (valid trials only):\n\n"+
+		"| arm | measures | negotiated | valid trials | %s µs per full handshake (± sd) | vs baseline | implied ceiling/s on %d cores | by rate, µs | flat across rates | trial-to-trial spread |\n"+
+		"|---|---|---|--:|--:|--:|--:|---|---|---|\n", what, res.Cores)
+	for _, r := range res.Study {
+		var neg []string
+		for _, g := range sortedKeys(r.Negotiated) {
+			neg = append(neg, fmt.Sprintf("%s %d", g, r.Negotiated[g]))
+		}
+		negotiated := strings.Join(neg, ", ")
+		if r.Note != "" && r.ValidTrials > 0 {
+			negotiated += " **(not " + r.Measures + ")**"
+		}
+		if r.ValidTrials == 0 {
+			fmt.Fprintf(&b, "| %s | %s | %s | **0/%d** | no valid trial | | | | | |\n", r.Arm, r.Measures, negotiated, r.Trials)
+			continue
+		}
+		vs := "n/a"
+		if r.VsBaseline != nil {
+			vs = fmt.Sprintf("%+.1f%%", 100**r.VsBaseline)
+		}
+		ceil := "n/a"
+		if r.CeilingPerSecond > 0 {
+			ceil = fmt.Sprintf("%.0f", r.CeilingPerSecond)
+		}
+		var by []string
+		for _, c := range r.ByRate {
+			by = append(by, fmt.Sprintf("%g/s: %.1f", c.Rate, c.Mean))
+		}
+		spread := "one trial per rate"
+		if r.SpreadUs > 0 || r.RangeUs > 0 {
+			spread = fmt.Sprintf("sd %.1f µs, widest range %.1f µs", r.SpreadUs, r.RangeUs)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d/%d | %.1f ± %.1f | %s | %s | %s | %s | %s |\n", r.Arm, r.Measures, negotiated,
+			r.ValidTrials, r.Trials, r.ServerCPUUsPerHandshake.Mean, r.ServerCPUUsPerHandshake.StdDev, vs, ceil,
+			strings.Join(by, ", "), r.Flatness, spread)
+	}
+	return b.String()
+}
+
 // mdText makes text safe inside a Markdown paragraph or table cell.
 func mdText(s string) string {
 	if s == "" {
@@ -207,6 +257,7 @@ func SummaryMarkdown(res *Results) string {
 			s.Arm, groups[s.Arm], s.Measures, s.Rate, valid, s.RateCompleted.Mean, negotiated, srv, ceil,
 			s.ClientCPUUsPerHandshake.Mean, s.ClientCPUUsPerHandshake.StdDev, ratio, s.P50MS, s.P95MS, s.P99MS, s.Errors, s.HRR)
 	}
+	b.WriteString(studyMarkdown(res))
 	b.WriteString("\nOnly valid trials enter the figures of a row (an invalid trial is listed below with its reason). " +
 		"completed/s: requests that completed OK inside the measured window, per second. " +
 		"Cost ratio: the arm's mean server CPU per handshake over the baseline arm's at the same rate " +

@@ -124,6 +124,8 @@ type Results struct {
 	Arms      []ArmInfo      `json:"arms"`
 	Trials    []*TrialResult `json:"trials"`
 	Summary   []ArmSummary   `json:"summary"`
+	// Study is the arms in the form of the nginx live-swap study\'s table.
+	Study []StudyRow `json:"study"`
 	// Failures lists why measured requests failed, per arm and reason.
 	Failures []Failure `json:"failures,omitempty"`
 	// Warnings are what a reader of the results must know: arms that did
@@ -267,6 +269,7 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 	res.Finished = time.Now()
 	res.Server = server.Info()
 	res.Summary = summarize(res, c)
+	res.Study = study(res, c)
 	res.Failures = failures(res)
 	res.Warnings = warnings(res)
 	if res.ScenarioStatus == "FAILED" && runErr == nil {

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"fmt"
 	"math"
 	"slices"
 )
@@ -159,4 +160,167 @@ func sumValues(m map[string]int) int {
 		n += v
 	}
 	return n
+}
+
+// StudyRow is one arm in the form of the nginx live-swap study's table:
+// server CPU per full handshake over every valid trial at every rate, the
+// ceiling it implies on the machine's cores, whether the cost per
+// handshake is flat across rates, and the trial-to-trial spread.
+type StudyRow struct {
+	Arm      string `json:"arm"`
+	Measures string `json:"measures"`
+	// Negotiated is the groups the arm's successful requests negotiated.
+	Negotiated  map[string]int `json:"negotiated"`
+	ValidTrials int            `json:"valid_trials"`
+	Trials      int            `json:"trials"`
+	// ServerCPUUsPerHandshake is over every valid trial at every rate
+	// (client CPU when no server was measured: see CPUSource).
+	ServerCPUUsPerHandshake Spread  `json:"server_cpu_us_per_handshake"`
+	CPUSource               string  `json:"cpu_source"` // "server" or "client"
+	CeilingPerSecond        float64 `json:"ceiling_per_s,omitempty"`
+	// VsBaseline is the mean over the baseline arm's mean, minus one (0.21
+	// is 21% more CPU per handshake); absent when either has no valid
+	// trial or did not negotiate its group.
+	VsBaseline *float64 `json:"vs_baseline,omitempty"`
+	// ByRate is the mean per rate; Flat says whether the cost is flat
+	// across rates, and Flatness how that was judged.
+	ByRate   []RateCost `json:"by_rate"`
+	Flat     *bool      `json:"flat,omitempty"` // absent with fewer than two rates
+	Flatness string     `json:"flatness"`
+	// SpreadUs is the trial-to-trial standard deviation within a rate,
+	// pooled over the rates; RangeUs the widest max-min within a rate.
+	SpreadUs float64 `json:"spread_us"`
+	RangeUs  float64 `json:"range_us"`
+	Note     string  `json:"note,omitempty"`
+}
+
+// RateCost is an arm's mean CPU per handshake at one rate.
+type RateCost struct {
+	Rate   float64 `json:"rate"`
+	Trials int     `json:"trials"` // valid ones
+	Mean   float64 `json:"mean_us"`
+	StdDev float64 `json:"stddev_us"`
+}
+
+// flatShare is the largest spread of per-rate means, as a share of the
+// arm's mean, that counts as flat.
+const flatShare = 0.05
+
+func study(res *Results, c *Config) []StudyRow {
+	var rows []StudyRow
+	server := false
+	for _, t := range res.Trials {
+		server = server || t.ServerCPUUsPerHandshake != nil
+	}
+	cpuOf := func(t *TrialResult) (float64, bool) {
+		if server {
+			if t.ServerCPUUsPerHandshake == nil {
+				return 0, false
+			}
+			return *t.ServerCPUUsPerHandshake, true
+		}
+		return t.ClientCPUUsPerHandshake, true
+	}
+	mean := map[string]float64{}
+	for _, a := range c.Arms {
+		r := StudyRow{Arm: a.Name, Measures: GroupName(a.Measures()), Negotiated: map[string]int{}, CPUSource: "client"}
+		if server {
+			r.CPUSource = "server"
+		}
+		var all []float64
+		var pooledSS float64
+		var pooledDF int
+		for _, rate := range c.Rates {
+			var xs []float64
+			for _, t := range res.Trials {
+				if t.Arm != a.Name || t.Rate != rate {
+					continue
+				}
+				r.Trials++
+				for g, n := range t.Groups {
+					r.Negotiated[g] += n
+				}
+				if v, ok := cpuOf(t); ok && t.Valid {
+					xs = append(xs, v)
+				}
+			}
+			if len(xs) == 0 {
+				continue
+			}
+			sp := spreadOf(xs)
+			r.ByRate = append(r.ByRate, RateCost{Rate: rate, Trials: sp.N, Mean: sp.Mean, StdDev: sp.StdDev})
+			all = append(all, xs...)
+			pooledSS += sp.StdDev * sp.StdDev * float64(sp.N-1)
+			pooledDF += sp.N - 1
+			r.RangeUs = max(r.RangeUs, sp.Max-sp.Min)
+		}
+		r.ValidTrials = len(all)
+		mismatch := groupMismatch(&TrialResult{OK: sumValues(r.Negotiated), Groups: r.Negotiated}, r.Measures)
+		switch {
+		case len(all) == 0:
+			r.Note = "no valid trial"
+			r.Flatness = "no valid trial"
+			rows = append(rows, r)
+			continue
+		case mismatch != "":
+			r.Note = mismatch
+		}
+		r.ServerCPUUsPerHandshake = spreadOf(all)
+		if m := r.ServerCPUUsPerHandshake.Mean; m > 0 && server {
+			r.CeilingPerSecond = float64(res.Cores) * 1e6 / m
+		}
+		if pooledDF > 0 {
+			r.SpreadUs = math.Sqrt(pooledSS / float64(pooledDF))
+		}
+		r.Flat, r.Flatness = flatness(r.ByRate, r.ServerCPUUsPerHandshake.Mean, r.SpreadUs)
+		if mismatch == "" {
+			mean[a.Name] = r.ServerCPUUsPerHandshake.Mean
+		}
+		rows = append(rows, r)
+	}
+	for i := range rows {
+		b, own := mean[c.Baseline], mean[rows[i].Arm]
+		if b > 0 && own > 0 {
+			v := own/b - 1
+			rows[i].VsBaseline = &v
+		}
+	}
+	return rows
+}
+
+// flatness judges whether per-rate means are flat: their range is within
+// flatShare of the mean, or within twice the trial-to-trial spread.
+func flatness(by []RateCost, mean, spread float64) (*bool, string) {
+	if len(by) < 2 {
+		return nil, "one rate with valid trials: not tested"
+	}
+	lo, hi := by[0], by[0]
+	for _, r := range by {
+		if r.Mean < lo.Mean {
+			lo = r
+		}
+		if r.Mean > hi.Mean {
+			hi = r
+		}
+	}
+	rng := hi.Mean - lo.Mean
+	first, last := by[0], by[len(by)-1]
+	span := fmt.Sprintf("%g-%g/s", first.Rate, last.Rate)
+	flat := true
+	var how string
+	switch {
+	case rng <= flatShare*mean:
+		how = fmt.Sprintf("flat across %s: per-rate means within %.1f µs (%.1f%% of the mean; flat is within %g%%)", span, rng, 100*rng/mean, 100*flatShare)
+	case rng <= 2*spread:
+		how = fmt.Sprintf("flat across %s within the trial spread: per-rate means within %.1f µs (%.1f%%), under twice the trial-to-trial sd (%.1f µs)", span, rng, 100*rng/mean, spread)
+	default:
+		flat = false
+		dir := "rises"
+		if last.Mean < first.Mean {
+			dir = "falls"
+		}
+		how = fmt.Sprintf("not flat: %s %.1f%% from %g/s (%.1f µs) to %g/s (%.1f µs); lowest %.1f µs at %g/s, highest %.1f µs at %g/s",
+			dir, 100*math.Abs(last.Mean/first.Mean-1), first.Rate, first.Mean, last.Rate, last.Mean, lo.Mean, lo.Rate, hi.Mean, hi.Rate)
+	}
+	return &flat, how
 }

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"crypto/tls"
+	"math"
 	"net/netip"
 	"strings"
 	"testing"
@@ -196,4 +197,59 @@ func FuzzParseNetTCP(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestStudy: the per-arm table over every rate, from valid trials only:
+// the live-swap study's shape (classical 600 µs, hybrid 725 µs: +21%).
+func TestStudy(t *testing.T) {
+	c := &Config{Target: "x:1", Arms: mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519", "p256=secp256r1", "fallback=SecP256r1MLKEM768,secp256r1"),
+		Rates: []float64{1000, 2000, 4000}, Duration: time.Second}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cpu := func(v float64) *float64 { return &v }
+	var trials []*TrialResult
+	add := func(arm, group string, rate float64, valid bool, us ...float64) {
+		for _, v := range us {
+			trials = append(trials, &TrialResult{Arm: arm, Rate: rate, Valid: valid, OK: 10, Groups: map[string]int{group: 10}, ServerCPUUsPerHandshake: cpu(v)})
+		}
+	}
+	add("classical", "x25519", 1000, true, 598, 602)
+	add("classical", "x25519", 2000, true, 596, 604)
+	add("classical", "x25519", 4000, true, 601, 599)
+	add("classical", "x25519", 4000, false, 300) // lagged: not in any figure
+	add("hybrid", "X25519MLKEM768", 1000, true, 700, 710)
+	add("hybrid", "X25519MLKEM768", 2000, true, 725, 725)
+	add("hybrid", "X25519MLKEM768", 4000, true, 750, 740)
+	add("p256", "secp256r1", 1000, false, 500)
+	add("fallback", "secp256r1", 1000, true, 650)
+	rows := study(&Results{Cores: 2, Trials: trials}, c)
+	if len(rows) != 4 {
+		t.Fatalf("%d rows", len(rows))
+	}
+	cl, hy, p, fb := rows[0], rows[1], rows[2], rows[3]
+	if cl.ValidTrials != 6 || cl.Trials != 7 || cl.ServerCPUUsPerHandshake.Mean != 600 || cl.CeilingPerSecond != 2e6/600 ||
+		cl.Flat == nil || !*cl.Flat || !strings.HasPrefix(cl.Flatness, "flat across 1000-4000/s") || *cl.VsBaseline != 0 {
+		t.Errorf("classical %+v", cl)
+	}
+	// pooled sd of (598,602), (596,604), (601,599): sqrt((8+32+2)/3)
+	if want := 3.7416573867739413; math.Abs(cl.SpreadUs-want) > 1e-9 || cl.RangeUs != 8 {
+		t.Errorf("classical spread %v range %v, want %v and 8", cl.SpreadUs, cl.RangeUs, want)
+	}
+	if hy.Flat == nil || *hy.Flat || !strings.HasPrefix(hy.Flatness, "not flat: rises 5.7% from 1000/s") || hy.VsBaseline == nil ||
+		math.Abs(*hy.VsBaseline-0.2083333333) > 1e-6 {
+		t.Errorf("hybrid %+v (vs %v)", hy, *hy.VsBaseline)
+	}
+	if p.ValidTrials != 0 || p.Note != "no valid trial" || p.VsBaseline != nil {
+		t.Errorf("p256 %+v", p)
+	}
+	if fb.VsBaseline != nil || !strings.Contains(fb.Note, "not SecP256r1MLKEM768") || fb.Flat != nil {
+		t.Errorf("fallback %+v", fb)
+	}
+	md := studyMarkdown(&Results{Cores: 2, Study: rows})
+	for _, want := range []string{"| hybrid | X25519MLKEM768 |", "+20.8%", "no valid trial", "**(not SecP256r1MLKEM768)**", "sd 3.7 µs, widest range 8.0 µs"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("study table lacks %q:\n%s", want, md)
+		}
+	}
 }
