@@ -128,7 +128,19 @@ func (t *Tracker) attributeAccept(r *record.Handshake) (*record.Generation, acce
 	if g, ok := t.rememberedGeneration(e.TGID); ok {
 		return g, acceptFound
 	}
+	t.rescanSoon()
 	return nil, acceptUnknown
+}
+
+// rescanSoon makes the next scan read /proc's directory and search for
+// the owners of listening sockets, whatever ListenerRescan says: an
+// accept by an unknown process is a new server (a restarted Caddy) or a
+// new worker, and its records wait for that scan.
+func (t *Tracker) rescanSoon() {
+	t.mu.Lock()
+	t.lastListen = time.Time{}
+	t.lastDir = time.Time{}
+	t.mu.Unlock()
 }
 
 // rememberedGeneration returns the generation pid served in until it
