@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/fastcache"
+
+	"github.com/pqwatch/pqwatch/record"
 )
 
 // BenchmarkAcceptIndex is the per-accept cost (the reader's put) and the
@@ -127,5 +129,42 @@ func TestAcceptObjectCurrent(t *testing.T) {
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s is not what bpf/accept.c generates: run go generate ./proctrack", f)
 		}
+	}
+}
+
+// BenchmarkAttributionFromAccept is the Attribution stage's cost per TCP
+// record with accept events: the index lookup, the process's generation,
+// the record's copy of it and the per-generation counter.
+func BenchmarkAttributionFromAccept(b *testing.B) {
+	server, _ := goServer(b)
+	tr := quietTracker(b, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}, NoAcceptEvents: true})
+	for range 2 {
+		if err := tr.Scan(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, ok := tr.GenerationOf(os.Getpid()); !ok {
+		b.Skip("this process is not found as a server (needs /proc/self/fd and sock_diag)")
+	}
+	acc := &Accepts{idx: newAcceptIndex(1 << 16)}
+	tr.acc.a.Store(acc)
+	defer tr.acc.a.Store(nil)
+	const n = 1 << 12
+	recs := make([]*record.Handshake, n)
+	for i := range n {
+		c := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, byte(i >> 8), byte(i)}), uint16(20000+i))
+		acc.add(server, c, uint32(os.Getpid()), uint32(os.Getpid()), uint64(time.Now().UnixNano()))
+		recs[i] = &record.Handshake{Transport: record.TransportTCP, Client: c.String(), Server: server.String(), Group: "x25519"}
+	}
+	at := NewAttribution(tr, func(*record.Handshake) {})
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		r := recs[i%n]
+		r.Generation = nil
+		if at.fromAccept(attribItem{r: r}, true) != acceptFound {
+			b.Fatal("not found")
+		}
+		i++
 	}
 }
