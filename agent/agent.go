@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 
@@ -134,6 +135,9 @@ type Agent struct {
 	joiner  *logjoin.Joiner
 	pipe    *pipeline.Pipeline
 	lines   logparse.LineCounters
+
+	peakFlows, peakBuffered int       // returnMemory's peaks since the last return
+	lastReturn              time.Time // and when it last returned memory
 }
 
 // worker owns one Sniffer; mu serialises packets and the expiry ticker.
@@ -379,6 +383,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				if a.joiner != nil {
 					a.joiner.Tick(now)
 				}
+				a.returnMemory()
 			}
 		}
 	}()
@@ -576,6 +581,33 @@ func listenLoopback(addr string) (net.Listener, error) {
 	return net.Listen("tcp", addr)
 }
 
+// Memory held for flows since the last return to the OS, and when to give
+// it back: after a flood the flows expire, but an idle agent allocates too
+// little to start a collection, so the freed buffers would stay resident
+// for minutes (the runtime's forced collection comes every 2 minutes).
+const (
+	floodFlows      = 256       // flows at the peak that make a flood
+	floodBuffered   = 256 << 10 // bytes buffered at the peak that make a flood
+	returnMinPeriod = 30 * time.Second
+)
+
+// returnMemory gives freed flow memory back to the OS once a flood is over:
+// when the flows and buffered bytes have fallen below half their peak since
+// the last return, and the peak was a flood's (at most every 30 s: a full
+// collection costs a few milliseconds). Called once a second from the
+// housekeeping goroutine.
+func (a *Agent) returnMemory() {
+	st := a.SnifferStats()
+	a.peakFlows, a.peakBuffered = max(a.peakFlows, st.FlowsActive), max(a.peakBuffered, st.BufferedBytes)
+	flood := a.peakFlows >= floodFlows || a.peakBuffered >= floodBuffered
+	if flood && st.FlowsActive*2 <= a.peakFlows && st.BufferedBytes*2 <= a.peakBuffered && time.Since(a.lastReturn) >= returnMinPeriod {
+		a.lastReturn = time.Now()
+		debug.FreeOSMemory()
+		a.log.Debug("flood over: memory returned", "peak_flows", a.peakFlows, "peak_buffered_bytes", a.peakBuffered)
+		a.peakFlows, a.peakBuffered = st.FlowsActive, st.BufferedBytes
+	}
+}
+
 // SnifferStats sums the workers' sniffer counters.
 func (a *Agent) SnifferStats() sniffer.Stats {
 	sum := sniffer.Stats{Errors: map[string]uint64{}, QUIC: map[string]uint64{}}
@@ -590,6 +622,7 @@ func (a *Agent) SnifferStats() sniffer.Stats {
 		sum.Filtered += st.Filtered
 		sum.Flows += st.Flows
 		sum.FlowsActive += st.FlowsActive
+		sum.BufferedBytes += st.BufferedBytes
 		sum.FlowsEvicted += st.FlowsEvicted
 		sum.FlowsExpired += st.FlowsExpired
 		sum.Records += st.Records
