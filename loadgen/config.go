@@ -85,6 +85,11 @@ type Config struct {
 
 	Scenario Scenario
 
+	// IdleSessions is how many TLS sessions (handshake done, no request)
+	// each trial opens before it starts and holds open while its load
+	// runs; the server's memory per idle session is reported.
+	IdleSessions int
+
 	OutDir       string // write results here when set
 	KeepRequests bool   // keep every Request in Results.Requests
 	Logger       *slog.Logger
@@ -126,6 +131,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Warmup < 0 || c.Cooldown < 0 {
 		return fmt.Errorf("%w: negative warmup or cooldown", ErrUsage)
+	}
+	if c.IdleSessions < 0 {
+		return fmt.Errorf("%w: negative idle sessions", ErrUsage)
 	}
 	if c.Trials <= 0 {
 		c.Trials = 1

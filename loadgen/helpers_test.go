@@ -239,6 +239,7 @@ func stallServer(t testing.TB, stallAt *atomic.Int64, stall time.Duration) *http
 // nginxConf renders a minimal TLS 1.3 nginx configuration under dir.
 func nginxConf(dir string, port int, curves string) string {
 	return fmt.Sprintf(`worker_processes 1;
+worker_rlimit_nofile 16384;
 daemon on;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log notice;
@@ -581,15 +582,23 @@ type schedSampler struct {
 	mu      sync.Mutex
 	at      []time.Time
 	ns      []float64
+	rss     []float64 // bytes, from /proc/PID/statm
 	stop    chan struct{}
 	stopped chan struct{}
 }
 
 func startSchedSampler(pids func() []int) *schedSampler {
 	s := &schedSampler{stop: make(chan struct{}), stopped: make(chan struct{})}
-	read := func() float64 {
-		var total float64
+	page := float64(os.Getpagesize())
+	read := func() (float64, float64) {
+		var total, rss float64
 		for _, pid := range pids() {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid)); err == nil {
+				if fs := strings.Fields(string(b)); len(fs) > 1 {
+					v, _ := strconv.ParseFloat(fs[1], 64)
+					rss += v * page
+				}
+			}
 			tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 			for _, f := range tasks {
 				b, err := os.ReadFile(f)
@@ -602,16 +611,17 @@ func startSchedSampler(pids func() []int) *schedSampler {
 				}
 			}
 		}
-		return total
+		return total, rss
 	}
 	go func() {
 		defer close(s.stopped)
 		tk := time.NewTicker(10 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			v, now := read(), time.Now()
+			v, rss := read()
+			now := time.Now()
 			s.mu.Lock()
-			s.at, s.ns = append(s.at, now), append(s.ns, v)
+			s.at, s.ns, s.rss = append(s.at, now), append(s.ns, v), append(s.rss, rss)
 			s.mu.Unlock()
 			select {
 			case <-s.stop:
@@ -629,18 +639,45 @@ func (s *schedSampler) Stop() { close(s.stop); <-s.stopped }
 func (s *schedSampler) between(a, b time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	at := func(x time.Time) float64 {
-		i := sort.Search(len(s.at), func(i int) bool { return !s.at[i].Before(x) })
-		switch {
-		case i == 0:
-			return s.ns[0]
-		case i == len(s.at):
-			return s.ns[len(s.ns)-1]
-		}
-		f := float64(x.Sub(s.at[i-1])) / float64(s.at[i].Sub(s.at[i-1]))
-		return s.ns[i-1] + f*(s.ns[i]-s.ns[i-1])
+	return time.Duration(s.interp(s.ns, b) - s.interp(s.ns, a))
+}
+
+// rssAt returns the resident memory at x, from the last sample before it.
+func (s *schedSampler) rssAt(x time.Time) float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := sort.Search(len(s.at), func(i int) bool { return s.at[i].After(x) })
+	return s.rss[max(i-1, 0)]
+}
+
+func (s *schedSampler) interp(v []float64, x time.Time) float64 {
+	i := sort.Search(len(s.at), func(i int) bool { return !s.at[i].Before(x) })
+	switch {
+	case i == 0:
+		return v[0]
+	case i == len(s.at):
+		return v[len(v)-1]
 	}
-	return time.Duration(at(b) - at(a))
+	f := float64(x.Sub(s.at[i-1])) / float64(s.at[i].Sub(s.at[i-1]))
+	return v[i-1] + f*(v[i]-v[i-1])
+}
+
+// socketFDs counts the socket descriptors the processes hold (the
+// server's side of its open connections, and its listening sockets), from
+// /proc/PID/fd. (Not /proc/net/tcp: with the tens of thousands of
+// TIME_WAIT sockets a test run leaves, reading it costs 100 ms of CPU.)
+func socketFDs(pids []int) int {
+	n := 0
+	for _, pid := range pids {
+		dir := fmt.Sprintf("/proc/%d/fd", pid)
+		fds, _ := os.ReadDir(dir)
+		for _, fd := range fds {
+			if l, err := os.Readlink(filepath.Join(dir, fd.Name())); err == nil && strings.HasPrefix(l, "socket:") {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // starved reports whether every invalid trial of res is invalid only

@@ -3,6 +3,7 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -721,5 +723,99 @@ func TestLadderCaddy(t *testing.T) {
 		t.Errorf("no hybrid vs classical figure: %+v", hy)
 	} else {
 		t.Logf("hybrid vs classical: %+.1f%% server CPU per full handshake", 100**hy.VsBaseline)
+	}
+}
+
+// TestIdleSessions holds idle TLS sessions open (handshake done, no
+// request) while the load runs, against nginx (OpenSSL 3.0, its
+// worker_rlimit_nofile raised) and Caddy, and checks them against the
+// test's own readings: the socket descriptors the server holds during the
+// window, and its resident memory (/proc/PID/statm) before and after they
+// were opened. 300 sessions here, 2,000 with PQWATCH_SOAK=1.
+func TestIdleSessions(t *testing.T) {
+	n := 300
+	if soak() {
+		n = 2000
+	}
+	for _, server := range []string{"nginx", "caddy"} {
+		t.Run(server, func(t *testing.T) {
+			var addr string
+			var pids []int
+			var roots *x509.CertPool
+			switch server {
+			case "nginx":
+				ng := startNginx(t, "x25519:secp256r1")
+				addr, roots = ng.addr(), certPool(t, filepath.Join(ng.dir, "cert.pem"))
+				_, pids = ng.ours()
+				slices.Sort(pids)
+			case "caddy":
+				cd := startCaddy(t)
+				addr, roots, pids = cd.addr, certPool(t, cd.cert), []int{cd.pid}
+			}
+			cpu := startSchedSampler(func() []int { return pids })
+			var connMu sync.Mutex
+			var connAt []time.Time
+			var conns []int
+			stop := make(chan struct{})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for {
+					c, now := socketFDs(pids), time.Now()
+					connMu.Lock()
+					connAt, conns = append(connAt, now), append(conns, c)
+					connMu.Unlock()
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
+			c := &Config{
+				Target: addr, SNI: "localhost", RootCAs: roots,
+				Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
+				Rates: []float64{100}, Duration: time.Second, Warmup: 200 * time.Millisecond, Trials: 1,
+				IdleSessions: n, Timeout: 5 * time.Second,
+			}
+			res := runAB(t, c, nil)
+			close(stop)
+			<-done
+			cpu.Stop()
+			for _, tr := range res.Trials {
+				if !tr.Valid || tr.IdleSessions != n || tr.IdleSessionsOpened != n || tr.ServerRSSPerIdleSessionBytes == nil {
+					t.Errorf("trial %d %s: valid %v %v, idle %d/%d/%d, per session %v", tr.ID, tr.Arm, tr.Valid, tr.InvalidReasons,
+						tr.IdleSessionsWanted, tr.IdleSessionsOpened, tr.IdleSessions, tr.ServerRSSPerIdleSessionBytes)
+					continue
+				}
+				// The test's count of the server's connections in the window.
+				least := -1
+				connMu.Lock()
+				for i, at := range connAt {
+					if !at.Before(tr.WindowStart) && at.Before(tr.WindowEnd) && (least < 0 || conns[i] < least) {
+						least = conns[i]
+					}
+				}
+				connMu.Unlock()
+				if least < n {
+					t.Errorf("trial %d %s: the server held %d sockets at least in the window, want >= %d idle", tr.ID, tr.Arm, least, n)
+				}
+				// The test's own reading of the server's memory growth, from
+				// before the run's first idle session.
+				own := (cpu.rssAt(tr.IdleOpenEnd) - cpu.rssAt(res.Trials[0].IdleOpenStart)) / float64(n)
+				got := *tr.ServerRSSPerIdleSessionBytes
+				if math.Abs(got-own) > 0.25*math.Abs(own)+1024 {
+					t.Errorf("trial %d %s: %.0f bytes per idle session, the test's statm reading %.0f", tr.ID, tr.Arm, got, own)
+				}
+				t.Logf("%s trial %d %s: %d idle sessions held (the server held >= %d sockets in the window); RSS %d -> %d bytes: %.0f bytes per idle session (test's reading %.0f); load %.0f/s completed, p99 %.1f ms",
+					server, tr.ID, tr.Arm, tr.IdleSessions, least, tr.ServerRSSBaselineBytes, tr.ServerRSSWithIdleBytes, got, own,
+					tr.RateCompleted, tr.LatencyMS.P99)
+			}
+			for _, s := range res.Summary {
+				if s.ServerRSSPerIdleSessionBytes == nil || s.IdleSessions != n {
+					t.Errorf("summary %s: %+v", s.Arm, s)
+				}
+			}
+		})
 	}
 }

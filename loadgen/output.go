@@ -117,7 +117,8 @@ func trialsCSV(res *Results) []byte {
 	_ = w.Write([]string{"id", "arm", "rate", "trial", "rate_target", "rate_achieved", "requests", "ok", "errors",
 		"hrr", "groups", "p50_ms", "p90_ms", "p99_ms", "max_ms", "server_cpu_us_per_handshake",
 		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms", "p95_ms",
-		"send_lag_p99_ms", "timeouts", "server_cpu_us", "server_cpu_pids", "valid", "invalid_reasons", "group_mismatch"})
+		"send_lag_p99_ms", "timeouts", "server_cpu_us", "server_cpu_pids", "valid", "invalid_reasons", "group_mismatch",
+		"idle_sessions", "server_rss_per_idle_session_bytes"})
 	for _, t := range res.Trials {
 		var groups, pids []string
 		for _, g := range sortedKeys(t.Groups) {
@@ -142,10 +143,27 @@ func trialsCSV(res *Results) []byte {
 			strconv.FormatInt(t.ServerRSSMaxBytes, 10), strings.Join(pids, " "),
 			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max), ms3(t.LatencyMS.P95),
 			ms3(t.SendLagMS.P99), strconv.Itoa(t.Timeouts), cpuUs, strings.Join(cpuPIDs, " "), strconv.FormatBool(t.Valid),
-			strings.Join(t.InvalidReasons, "; "), t.GroupMismatch})
+			strings.Join(t.InvalidReasons, "; "), t.GroupMismatch, strconv.Itoa(t.IdleSessions), fmtOpt(t.ServerRSSPerIdleSessionBytes, 0)})
 	}
 	w.Flush()
 	return []byte(sb.String())
+}
+
+// idleMarkdown renders the idle-session figures, when a run held any.
+func idleMarkdown(res *Results) string {
+	var b strings.Builder
+	for _, s := range res.Summary {
+		if s.ServerRSSPerIdleSessionBytes == nil {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("\n**Idle sessions** (held open, handshake done and no request, while the load ran; valid trials only):\n\n" +
+				"| arm | rate/s | idle sessions held | server RSS per idle session, bytes (± sd) |\n|---|--:|--:|--:|\n")
+		}
+		sp := s.ServerRSSPerIdleSessionBytes
+		fmt.Fprintf(&b, "| %s | %g | %d | %.0f ± %.0f |\n", s.Arm, s.Rate, s.IdleSessions, sp.Mean, sp.StdDev)
+	}
+	return b.String()
 }
 
 // studyMarkdown renders res.Study: one row per arm, the columns of the
@@ -258,6 +276,7 @@ func SummaryMarkdown(res *Results) string {
 			s.ClientCPUUsPerHandshake.Mean, s.ClientCPUUsPerHandshake.StdDev, ratio, s.P50MS, s.P95MS, s.P99MS, s.Errors, s.HRR)
 	}
 	b.WriteString(studyMarkdown(res))
+	b.WriteString(idleMarkdown(res))
 	b.WriteString("\nOnly valid trials enter the figures of a row (an invalid trial is listed below with its reason). " +
 		"completed/s: requests that completed OK inside the measured window, per second. " +
 		"Cost ratio: the arm's mean server CPU per handshake over the baseline arm's at the same rate " +

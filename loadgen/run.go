@@ -86,6 +86,20 @@ type TrialResult struct {
 	// GroupMismatch is set when successful requests negotiated another
 	// group than the one the arm measures.
 	GroupMismatch string `json:"group_mismatch,omitempty"`
+	// Idle sessions (Config.IdleSessions): asked for, opened before the
+	// trial, still open at the window end; the server's resident memory
+	// before the run's first idle session and with this trial's open, and
+	// the growth per session.
+	IdleSessionsWanted           int       `json:"idle_sessions_wanted,omitempty"`
+	IdleSessionsOpened           int       `json:"idle_sessions_opened,omitempty"`
+	IdleSessions                 int       `json:"idle_sessions,omitempty"`
+	IdleErrors                   int       `json:"idle_errors,omitempty"`
+	IdleFirstError               string    `json:"idle_first_error,omitempty"`
+	IdleOpenStart                time.Time `json:"idle_open_start,omitzero"`
+	IdleOpenEnd                  time.Time `json:"idle_open_end,omitzero"`
+	ServerRSSBaselineBytes       int64     `json:"server_rss_baseline_bytes,omitempty"`
+	ServerRSSWithIdleBytes       int64     `json:"server_rss_with_idle_bytes,omitempty"`
+	ServerRSSPerIdleSessionBytes *float64  `json:"server_rss_per_idle_session_bytes,omitempty"`
 	// ServerCPUUsPerHandshake is the server's run time in the window
 	// (schedstat, every thread of ServerCPUPIDs) over Completed; set when a
 	// server process was measured.
@@ -211,6 +225,7 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 	}
 	master := c.Scenario.MasterPID
 	var runErr error
+	var idleBaseline int64 // the server's RSS before the first idle session
 	for i, j := range jobs {
 		if ctx.Err() != nil {
 			runErr = ctx.Err()
@@ -241,7 +256,7 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 			runErr = err
 			break
 		}
-		tr, reqs, evs, scr := c.runTrial(ctx, i, j, res.Started, serverCPU, sc, master)
+		tr, reqs, evs, scr := c.runTrial(ctx, i, j, res.Started, serverCPU, sc, master, &idleBaseline)
 		res.Trials = append(res.Trials, tr)
 		res.Events = append(res.Events, evs...)
 		if scr != nil {
@@ -379,12 +394,17 @@ const binWidth = 100 * time.Millisecond
 
 // runTrial runs one arm at one rate for Warmup+Duration.
 func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time, serverCPU *ServerCPU,
-	sc *scenarioRunner, master int) (*TrialResult, []Request, []Event, *ScenarioResult) {
+	sc *scenarioRunner, master int, idleBaseline *int64) (*TrialResult, []Request, []Event, *ScenarioResult) {
 	q := newRequester(c, j.arm)
 	span := c.Warmup + c.Duration
 	sched, err := NewSchedule(c.Arrival, j.rate, span, c.Seed+uint64(id)*7919)
 	if err != nil { // validated already
 		panic(err)
+	}
+	var idle *idleSessions
+	if c.IdleSessions > 0 {
+		idle = openIdle(ctx, q, c.IdleSessions, serverCPU, idleBaseline)
+		defer idle.close()
 	}
 	t0 := time.Now().Add(20 * time.Millisecond)
 	ws, we := t0.Add(c.Warmup), t0.Add(span)
@@ -519,6 +539,9 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 	<-samplerDone
 	stopSampler()
 	<-scDone
+	if idle != nil {
+		idle.fill(tr, c.IdleSessions)
+	}
 
 	// Statistics over the measured window.
 	slices.SortFunc(collected, func(a, b Request) int { return a.Intended.Compare(b.Intended) })

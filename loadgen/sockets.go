@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -30,9 +31,13 @@ const tcpListen = "0A"
 // table. Addresses are printed by the kernel as the hex of each 32-bit word
 // in host byte order; the port is big-endian hex. Lines that do not parse
 // are skipped, and the header line is one of them.
-func ParseNetTCP(b []byte) []Listener {
+func ParseNetTCP(b []byte) []Listener { return parseNetTCP(bytes.NewReader(b)) }
+
+// parseNetTCP is ParseNetTCP over a reader: a table with tens of thousands
+// of TIME_WAIT sockets is megabytes, read a line at a time.
+func parseNetTCP(r io.Reader) []Listener {
 	var out []Listener
-	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -101,11 +106,13 @@ func targetListeners(root, target string) ([]Listener, error) {
 	}
 	var out []Listener
 	for _, f := range []string{"tcp", "tcp6"} {
-		b, err := os.ReadFile(filepath.Join(root, "net", f))
+		fh, err := os.Open(filepath.Join(root, "net", f))
 		if err != nil {
 			continue // no IPv6, or a proc root without net
 		}
-		for _, l := range ParseNetTCP(b) {
+		ls := parseNetTCP(fh)
+		fh.Close()
+		for _, l := range ls {
 			for _, ip := range ips {
 				if l.matches(ip, uint16(port)) {
 					out = append(out, l)

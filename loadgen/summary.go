@@ -70,6 +70,11 @@ type ArmSummary struct {
 	GroupMismatch string `json:"group_mismatch,omitempty"`
 	// Note says why a figure is missing.
 	Note string `json:"note,omitempty"`
+	// IdleSessions is the fewest idle sessions a valid trial held open;
+	// ServerRSSPerIdleSessionBytes the server's memory growth per idle
+	// session over the valid trials.
+	IdleSessions                 int     `json:"idle_sessions,omitempty"`
+	ServerRSSPerIdleSessionBytes *Spread `json:"server_rss_per_idle_session_bytes,omitempty"`
 }
 
 func summarize(res *Results, c *Config) []ArmSummary {
@@ -82,7 +87,7 @@ func summarize(res *Results, c *Config) []ArmSummary {
 	for _, rate := range c.Rates {
 		for _, a := range c.Arms {
 			s := ArmSummary{Arm: a.Name, Rate: rate, Groups: map[string]int{}, Measures: GroupName(a.Measures())}
-			var srv, cli, ach, done, p50, p95 []float64
+			var srv, cli, ach, done, p50, p95, idle []float64
 			for _, t := range res.Trials {
 				if t.Arm != a.Name || t.Rate != rate {
 					continue
@@ -107,6 +112,14 @@ func summarize(res *Results, c *Config) []ArmSummary {
 				p50 = append(p50, t.LatencyMS.P50)
 				p95 = append(p95, t.LatencyMS.P95)
 				s.P99MS = max(s.P99MS, t.LatencyMS.P99)
+				if t.IdleSessionsWanted > 0 {
+					if s.IdleSessions == 0 || t.IdleSessions < s.IdleSessions {
+						s.IdleSessions = t.IdleSessions
+					}
+					if t.ServerRSSPerIdleSessionBytes != nil {
+						idle = append(idle, *t.ServerRSSPerIdleSessionBytes)
+					}
+				}
 			}
 			if s.Trials == 0 {
 				continue
@@ -122,6 +135,10 @@ func summarize(res *Results, c *Config) []ArmSummary {
 			s.ClientCPUUsPerHandshake = spreadOf(cli)
 			s.P50MS = spreadOf(p50).Mean
 			s.P95MS = spreadOf(p95).Mean
+			if len(idle) > 0 {
+				sp := spreadOf(idle)
+				s.ServerRSSPerIdleSessionBytes = &sp
+			}
 			k := key{rate, a.Name}
 			cost[k] = s.ClientCPUUsPerHandshake.Mean
 			if len(srv) > 0 {

@@ -30,6 +30,7 @@ const (
 	InvalidShort   = "short"    // fewer requests completed than were scheduled
 	InvalidErrors  = "errors"   // too many requests failed
 	InvalidEmpty   = "empty"    // nothing was scheduled in the window
+	InvalidIdle    = "idle"     // the idle sessions asked for were not all held
 )
 
 // judge returns why a trial is invalid (each reason opens with one of the
@@ -61,6 +62,9 @@ func judge(tr *TrialResult, c *Config) []string {
 		}
 		why = append(why, fmt.Sprintf("%s: %d of %d requests failed (%.2f%%, %d timeouts; limit %g%%): %s",
 			InvalidErrors, tr.Errors, tr.Requests, rate*100, tr.Timeouts, c.MaxErrorRate*100, strings.Join(top, ", ")))
+	}
+	if r := idleInvalid(tr); r != "" {
+		why = append(why, r)
 	}
 	return why
 }

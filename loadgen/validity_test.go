@@ -60,6 +60,11 @@ func TestJudge(t *testing.T) {
 			tr.SendLagMS.P99, tr.Completed, tr.Errors, tr.OK = 4000, 410, 546, 454
 		}, []string{InvalidSendLag, InvalidShort, InvalidErrors}},
 		{"empty", func(tr *TrialResult) { tr.Requests, tr.OK, tr.Completed = 0, 0, 0 }, []string{InvalidEmpty}},
+		{"idle sessions held", func(tr *TrialResult) { tr.IdleSessionsWanted, tr.IdleSessionsOpened, tr.IdleSessions = 10, 10, 10 }, nil},
+		{"idle session closed", func(tr *TrialResult) { tr.IdleSessionsWanted, tr.IdleSessionsOpened, tr.IdleSessions = 10, 10, 9 }, []string{InvalidIdle}},
+		{"idle session not opened", func(tr *TrialResult) {
+			tr.IdleSessionsWanted, tr.IdleSessionsOpened, tr.IdleSessions, tr.IdleFirstError = 10, 8, 8, "idle_refused: x"
+		}, []string{InvalidIdle}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := good()
