@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -39,9 +40,13 @@ type Request struct {
 	Service  time.Duration `json:"service"`  // end minus Start (what a closed-loop tool reports)
 	Group    string        `json:"group,omitempty"`
 	HRR      bool          `json:"hrr"`
-	PID      int           `json:"pid,omitempty"` // the X-Pid response header
-	Status   int           `json:"status,omitempty"`
-	Err      string        `json:"error,omitempty"` // error class, empty on success
+	// ResumeAttempt is set when the request offered a session ticket (an
+	// arm with a resume share); Resumed when the server accepted it.
+	ResumeAttempt bool   `json:"resume_attempt,omitempty"`
+	Resumed       bool   `json:"resumed,omitempty"`
+	PID           int    `json:"pid,omitempty"` // the X-Pid response header
+	Status        int    `json:"status,omitempty"`
+	Err           string `json:"error,omitempty"` // error class, empty on success
 	// ErrText is the error's own text (at most maxErrText bytes), for the
 	// first failure of each reason that the results quote.
 	ErrText string `json:"error_text,omitempty"`
@@ -57,9 +62,12 @@ func (r *Request) End() time.Time { return r.Intended.Add(r.Latency) }
 type requester struct {
 	target  string
 	tlsConf *tls.Config
-	req     []byte
-	timeout time.Duration
-	dialer  net.Dialer
+	// resumeConf offers the session tickets tlsConf stores; nil unless
+	// the arm resumes a share of its handshakes.
+	resumeConf *tls.Config
+	req        []byte
+	timeout    time.Duration
+	dialer     net.Dialer
 }
 
 func newRequester(c *Config, arm Arm) *requester {
@@ -77,6 +85,15 @@ func newRequester(c *Config, arm Arm) *requester {
 		InsecureSkipVerify: c.Insecure, //nolint:gosec // explicit -insecure flag
 	}
 	tc.RootCAs = c.RootCAs
+	var rc *tls.Config
+	if arm.Resume > 0 {
+		// Full handshakes store their tickets without offering one;
+		// resumption attempts offer the latest.
+		cache := tls.NewLRUClientSessionCache(16)
+		tc.ClientSessionCache = storeOnly{cache}
+		rc = tc.Clone()
+		rc.ClientSessionCache = cache
+	}
 	hostHeader := host
 	if hostHeader == "" {
 		hostHeader = c.Target
@@ -88,11 +105,12 @@ func newRequester(c *Config, arm Arm) *requester {
 	req := "GET " + path + " HTTP/1.1\r\nHost: " + hostHeader +
 		"\r\nUser-Agent: pqwatch-loadgen\r\nAccept: */*\r\nConnection: close\r\n" + RequestHeader + ": "
 	return &requester{
-		target:  c.Target,
-		tlsConf: tc,
-		req:     []byte(req),
-		timeout: c.Timeout,
-		dialer:  net.Dialer{Timeout: c.Timeout, KeepAlive: -1},
+		target:     c.Target,
+		tlsConf:    tc,
+		resumeConf: rc,
+		req:        []byte(req),
+		timeout:    c.Timeout,
+		dialer:     net.Dialer{Timeout: c.Timeout, KeepAlive: -1},
 	}
 }
 
@@ -115,7 +133,11 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(dl)
 	}
-	tc := tls.Client(raw, q.tlsConf)
+	conf := q.tlsConf
+	if r.ResumeAttempt && q.resumeConf != nil {
+		conf = q.resumeConf
+	}
+	tc := tls.Client(raw, conf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		r.fail("handshake", err)
 		return
@@ -123,6 +145,7 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	cs := tc.ConnectionState()
 	r.Group = GroupName(cs.CurveID)
 	r.HRR = cs.HelloRetryRequest
+	r.Resumed = cs.DidResume
 	// The request names itself, so that a server's access log can be
 	// joined with requests.csv: "t<trial id> s<seq> window|warmup".
 	part := "window"
@@ -159,6 +182,21 @@ func (q *requester) do(ctx context.Context, r *Request) {
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(br, 1<<16))
 	_ = tc.Close()
+}
+
+// storeOnly is a session cache that keeps the tickets a full handshake
+// receives but offers none, so that the handshake stays full.
+type storeOnly struct{ tls.ClientSessionCache }
+
+func (storeOnly) Get(string) (*tls.ClientSessionState, bool) { return nil, false }
+
+// resumeAttempt reports whether request seq of a trial offers a ticket:
+// share of the requests, spread evenly (seq 0 never, having none yet).
+func resumeAttempt(seq int, share float64) bool {
+	if share <= 0 || seq == 0 {
+		return false
+	}
+	return math.Floor(float64(seq+1)*share) > math.Floor(float64(seq)*share)
 }
 
 // maxErrText bounds the error text kept per request.

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pqwatch/pqwatch/tlsparse"
@@ -44,6 +45,10 @@ func ParseGroup(s string) (tls.CurveID, error) {
 type Arm struct {
 	Name   string        `json:"name"`
 	Groups []tls.CurveID `json:"-"`
+	// Resume is the share of requests that offer a session ticket from an
+	// earlier handshake of the arm (TLS 1.3 PSK with (EC)DHE, so the group
+	// is still negotiated); 0 means every handshake is full.
+	Resume float64 `json:"resume,omitempty"`
 }
 
 // GroupNames returns the arm's groups by IANA name, in the order given.
@@ -55,14 +60,35 @@ func (a Arm) GroupNames() []string {
 	return out
 }
 
-// ParseArm parses "name=group,group".
+// ParseArm parses "name=group,group[;resume=SHARE]": SHARE is a fraction
+// (0.5) or a percentage (50%) of requests that resume.
 func ParseArm(s string) (Arm, error) {
+	s, opts, _ := strings.Cut(s, ";")
 	name, list, ok := strings.Cut(s, "=")
 	name = strings.TrimSpace(name)
 	if !ok || name == "" || strings.TrimSpace(list) == "" {
-		return Arm{}, fmt.Errorf("%w: arm %q: want name=group[,group...]", ErrUsage, s)
+		return Arm{}, fmt.Errorf("%w: arm %q: want name=group[,group...][;resume=SHARE]", ErrUsage, s)
 	}
 	a := Arm{Name: name}
+	for _, o := range strings.Split(opts, ";") {
+		if o = strings.TrimSpace(o); o == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(o, "=")
+		if strings.TrimSpace(k) != "resume" {
+			return Arm{}, fmt.Errorf("%w: arm %q: unknown option %q (want resume=SHARE)", ErrUsage, name, o)
+		}
+		v = strings.TrimSpace(v)
+		scale := 1.0
+		if p, ok := strings.CutSuffix(v, "%"); ok {
+			v, scale = p, 100
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f/scale < 0 || f/scale > 1 {
+			return Arm{}, fmt.Errorf("%w: arm %q: resume %q: want a share from 0 to 1, or 0%% to 100%%", ErrUsage, name, v)
+		}
+		a.Resume = f / scale
+	}
 	for _, g := range strings.Split(list, ",") {
 		id, err := ParseGroup(g)
 		if err != nil {

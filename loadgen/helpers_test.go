@@ -284,6 +284,17 @@ type nginxServer struct {
 // line names this test's configuration, and only those.
 func startNginx(t testing.TB, curves string) *nginxServer {
 	t.Helper()
+	return startNginxConf(t, func(dir string, port int) string { return nginxConf(dir, port, curves) })
+}
+
+// nginxConfTickets is nginxConf with TLS 1.3 session tickets on.
+func nginxConfTickets(dir string, port int, curves string) string {
+	return strings.Replace(nginxConf(dir, port, curves), "ssl_session_tickets off;", "ssl_session_tickets on;", 1)
+}
+
+// startNginxConf is startNginx with the configuration conf renders.
+func startNginxConf(t testing.TB, conf func(dir string, port int) string) *nginxServer {
+	t.Helper()
 	if _, err := os.Stat(nginxBin); err != nil {
 		t.Skipf("nginx not installed: %v", err)
 	}
@@ -296,7 +307,7 @@ func startNginx(t testing.TB, curves string) *nginxServer {
 	}
 	writeCert(t, dir)
 	n := &nginxServer{dir: dir, conf: filepath.Join(dir, "nginx.conf"), port: freePort(t)}
-	if err := os.WriteFile(n.conf, []byte(nginxConf(dir, n.port, curves)), 0o644); err != nil {
+	if err := os.WriteFile(n.conf, []byte(conf(dir, n.port)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopNginx(t, n) })

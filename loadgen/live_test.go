@@ -819,3 +819,73 @@ func TestIdleSessions(t *testing.T) {
 		})
 	}
 }
+
+// TestResumption runs an arm that resumes half of its handshakes (TLS 1.3
+// tickets, PSK with ECDHE) next to one that resumes none, against Caddy and
+// against nginx with session tickets on. The resumed counts must be what
+// the server's access log says (Caddy's tls.resumed, nginx's
+// $ssl_session_reused), per trial.
+func TestResumption(t *testing.T) {
+	for _, server := range []string{"nginx", "caddy"} {
+		t.Run(server, func(t *testing.T) {
+			var addr, logFile string
+			var pids []int
+			var roots *x509.CertPool
+			var readLog func(testing.TB, string) []accessLine
+			switch server {
+			case "nginx":
+				ng := startNginxConf(t, func(dir string, port int) string { return nginxConfTickets(dir, port, "x25519") })
+				addr, roots, logFile, readLog = ng.addr(), certPool(t, filepath.Join(ng.dir, "cert.pem")), filepath.Join(ng.dir, "access.log"), readNginxLog
+				_, pids = ng.ours()
+				slices.Sort(pids)
+			case "caddy":
+				cd := startCaddy(t)
+				addr, roots, pids, logFile, readLog = cd.addr, certPool(t, cd.cert), []int{cd.pid}, cd.accessLog, readCaddyLog
+			}
+			cpu := startSchedSampler(func() []int { return pids })
+			c := &Config{
+				Target: addr, SNI: "localhost", RootCAs: roots,
+				Arms:  mustArms(t, "full=x25519", "resumed=x25519;resume=0.5"),
+				Rates: []float64{100}, Duration: time.Second, Warmup: 200 * time.Millisecond, Trials: 1,
+			}
+			res := runAB(t, c, func() { _ = os.Truncate(logFile, 0) })
+			cpu.Stop()
+			checkAB(t, res, map[string]string{"full": "x25519", "resumed": "x25519"}, true)
+			log := readLog(t, logFile)
+			checkFigures(t, res, log, cpu, pids)
+			lt := byTrial(t, log)
+			var fullCPU, resumedCPU float64
+			for _, tr := range res.Trials {
+				l := lt[tr.ID]
+				if l == nil {
+					continue
+				}
+				if tr.Resumed != l.resumed {
+					t.Errorf("trial %d %s: %d resumed, the server's log says %d", tr.ID, tr.Arm, tr.Resumed, l.resumed)
+				}
+				switch tr.Arm {
+				case "full":
+					fullCPU = *tr.ServerCPUUsPerHandshake
+					if tr.Resumed != 0 || tr.ResumeAttempts != 0 {
+						t.Errorf("full arm resumed %d of %d", tr.Resumed, tr.ResumeAttempts)
+					}
+				case "resumed":
+					resumedCPU = *tr.ServerCPUUsPerHandshake
+					if tr.ResumeAttempts < tr.OK/2-1 || tr.ResumeAttempts > tr.OK/2+1 || tr.Resumed != tr.ResumeAttempts {
+						t.Errorf("resumed arm: %d attempts, %d resumed, of %d", tr.ResumeAttempts, tr.Resumed, tr.OK)
+					}
+				}
+				t.Logf("%s trial %d %s: %d of %d resumed (%d attempts; the server's log: %d), %.1f µs server CPU per handshake",
+					server, tr.ID, tr.Arm, tr.Resumed, tr.OK, tr.ResumeAttempts, l.resumed, *tr.ServerCPUUsPerHandshake)
+			}
+			// PSK with ECDHE still does the key exchange; it saves the
+			// certificate and its signature: a few percent, within the
+			// trial-to-trial spread of a one-second trial, so logged only.
+			t.Logf("%s: server CPU per handshake, half resumed %.1f µs vs all full %.1f µs (%+.1f%%)", server, resumedCPU, fullCPU,
+				100*(resumedCPU/fullCPU-1))
+			if st := res.Study; len(st) != 2 || !strings.Contains(st[1].Note, "offer a ticket") {
+				t.Errorf("study %+v", st)
+			}
+		})
+	}
+}

@@ -76,7 +76,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.Path, "path", "/", "request path")
 	fs.BoolVar(&c.Insecure, "insecure", false, "do not verify the server certificate")
 	fs.StringVar(&ca, "ca", "", "PEM `file` of CA certificates to trust (default: system roots)")
-	fs.Var(&arms, "arm", "arm as `name=group[,group...]` (repeatable; IANA names, e.g. hybrid=X25519MLKEM768,x25519); default classical=x25519 and hybrid=X25519MLKEM768,x25519")
+	fs.Var(&arms, "arm", "arm as `name=group[,group...][;resume=SHARE]` (repeatable; IANA names, e.g. hybrid=X25519MLKEM768,x25519; resume=0.5 resumes half its handshakes); default classical=x25519 and hybrid=X25519MLKEM768,x25519")
 	fs.StringVar(&c.Baseline, "baseline", "", "arm the cost ratio divides by (default: the first arm)")
 	fs.Float64Var(&rate, "rate", 0, "new handshakes per second (one step)")
 	fs.StringVar(&rates, "rates", "", "rate ladder, e.g. 500,1000,2000")
@@ -234,7 +234,10 @@ func splitList(s string) []string {
 
 const mainHelp = `
 Every request is a new TCP connection, a full TLS 1.3 handshake (no
-resumption) and one HTTP/1.1 GET with "Connection: close". Latency counts
+resumption unless the arm has ;resume=SHARE) and one HTTP/1.1 GET with
+"Connection: close". A trial whose sender lagged, whose completed requests
+fell short of its schedule or whose requests failed is invalid, shown and
+left out of every figure drawn from the trials. Latency counts
 from the intended send time of an open-loop schedule. crypto/tls offers an
 arm's groups as a set in its own order (hybrids first), not in the order
 given. Output with -out: results.json, requests.csv, trials.csv,

@@ -38,7 +38,7 @@ func openOutputs(dir string) (*outputs, error) {
 	}
 	o := &outputs{dir: dir, reqF: f, reqW: csv.NewWriter(f)}
 	if err := o.reqW.Write([]string{"arm", "rate", "trial", "seq", "warmup", "intended_s", "start_s",
-		"latency_us", "service_us", "group", "hrr", "pid", "status", "error", "trial_id"}); err != nil {
+		"latency_us", "service_us", "group", "hrr", "pid", "status", "error", "trial_id", "resume_attempt", "resumed"}); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrOutput, err)
 	}
 	return o, nil
@@ -69,7 +69,8 @@ func (o *outputs) writeRequests(reqs []Request, runStart time.Time) error {
 		if err := o.reqW.Write([]string{r.Arm, fmtF(r.Rate), strconv.Itoa(r.Trial), strconv.Itoa(r.Seq),
 			strconv.FormatBool(r.Warmup), sec(r.Intended), sec(r.Start),
 			strconv.FormatInt(r.Latency.Microseconds(), 10), strconv.FormatInt(r.Service.Microseconds(), 10),
-			r.Group, strconv.FormatBool(r.HRR), pid, st, r.Err, strconv.Itoa(r.TrialID)}); err != nil {
+			r.Group, strconv.FormatBool(r.HRR), pid, st, r.Err, strconv.Itoa(r.TrialID),
+			strconv.FormatBool(r.ResumeAttempt), strconv.FormatBool(r.Resumed)}); err != nil {
 			return fmt.Errorf("%w: %v", ErrOutput, err)
 		}
 	}
@@ -118,7 +119,7 @@ func trialsCSV(res *Results) []byte {
 		"hrr", "groups", "p50_ms", "p90_ms", "p99_ms", "max_ms", "server_cpu_us_per_handshake",
 		"client_cpu_us_per_handshake", "server_rss_max_bytes", "server_pids", "rate_completed", "send_lag_max_ms", "p95_ms",
 		"send_lag_p99_ms", "timeouts", "server_cpu_us", "server_cpu_pids", "valid", "invalid_reasons", "group_mismatch",
-		"idle_sessions", "server_rss_per_idle_session_bytes"})
+		"idle_sessions", "server_rss_per_idle_session_bytes", "resumed"})
 	for _, t := range res.Trials {
 		var groups, pids []string
 		for _, g := range sortedKeys(t.Groups) {
@@ -143,7 +144,8 @@ func trialsCSV(res *Results) []byte {
 			strconv.FormatInt(t.ServerRSSMaxBytes, 10), strings.Join(pids, " "),
 			strconv.FormatFloat(t.RateCompleted, 'f', 2, 64), ms3(t.SendLagMS.Max), ms3(t.LatencyMS.P95),
 			ms3(t.SendLagMS.P99), strconv.Itoa(t.Timeouts), cpuUs, strings.Join(cpuPIDs, " "), strconv.FormatBool(t.Valid),
-			strings.Join(t.InvalidReasons, "; "), t.GroupMismatch, strconv.Itoa(t.IdleSessions), fmtOpt(t.ServerRSSPerIdleSessionBytes, 0)})
+			strings.Join(t.InvalidReasons, "; "), t.GroupMismatch, strconv.Itoa(t.IdleSessions), fmtOpt(t.ServerRSSPerIdleSessionBytes, 0),
+			strconv.Itoa(t.Resumed)})
 	}
 	w.Flush()
 	return []byte(sb.String())
@@ -186,7 +188,7 @@ func studyMarkdown(res *Results) string {
 			neg = append(neg, fmt.Sprintf("%s %d", g, r.Negotiated[g]))
 		}
 		negotiated := strings.Join(neg, ", ")
-		if r.Note != "" && r.ValidTrials > 0 {
+		if r.GroupMismatch != "" {
 			negotiated += " **(not " + r.Measures + ")**"
 		}
 		if r.ValidTrials == 0 {
@@ -209,7 +211,11 @@ func studyMarkdown(res *Results) string {
 		if r.SpreadUs > 0 || r.RangeUs > 0 {
 			spread = fmt.Sprintf("sd %.1f µs, widest range %.1f µs", r.SpreadUs, r.RangeUs)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d/%d | %.1f ± %.1f | %s | %s | %s | %s | %s |\n", r.Arm, r.Measures, negotiated,
+		arm := r.Arm
+		if strings.Contains(r.Note, "offer a ticket") {
+			arm += " (resumes)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %d/%d | %.1f ± %.1f | %s | %s | %s | %s | %s |\n", arm, r.Measures, negotiated,
 			r.ValidTrials, r.Trials, r.ServerCPUUsPerHandshake.Mean, r.ServerCPUUsPerHandshake.StdDev, vs, ceil,
 			strings.Join(by, ", "), r.Flatness, spread)
 	}
@@ -294,8 +300,8 @@ func SummaryMarkdown(res *Results) string {
 		fmt.Fprintf(&b, "\nServer CPU: run time of every thread from /proc/PID/task/TID/schedstat (nanoseconds) "+
 			"of the processes %s, selected by %s, and their descendants.\n", strings.Join(procs, ", "), how)
 	}
-	b.WriteString("\n## Trials\n\n| trial | arm | rate/s | # | valid | completed/s | sent OK/s | send lag p99 ms | errors | timeouts | server CPU ms | server CPU µs/handshake | p99 ms | invalid because |\n")
-	b.WriteString("|--:|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+	b.WriteString("\n## Trials\n\n| trial | arm | rate/s | # | valid | completed/s | sent OK/s | send lag p99 ms | errors | timeouts | resumed | server CPU ms | server CPU µs/handshake | p99 ms | invalid because |\n")
+	b.WriteString("|--:|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, t := range res.Trials {
 		valid := "yes"
 		if !t.Valid {
@@ -309,8 +315,8 @@ func SummaryMarkdown(res *Results) string {
 		if t.GroupMismatch != "" {
 			why = strings.TrimPrefix(why+"; "+t.GroupMismatch, "; ")
 		}
-		fmt.Fprintf(&b, "| %d | %s | %g | %d | %s | %.1f | %.1f | %.3f | %d | %d | %s | %s | %.3f | %s |\n",
-			t.ID, t.Arm, t.Rate, t.Trial, valid, t.RateCompleted, t.RateAchieved, t.SendLagMS.P99, t.Errors, t.Timeouts,
+		fmt.Fprintf(&b, "| %d | %s | %g | %d | %s | %.1f | %.1f | %.3f | %d | %d | %d | %s | %s | %.3f | %s |\n",
+			t.ID, t.Arm, t.Rate, t.Trial, valid, t.RateCompleted, t.RateAchieved, t.SendLagMS.P99, t.Errors, t.Timeouts, t.Resumed,
 			cpuMS, fmtOpt(t.ServerCPUUsPerHandshake, 1), t.LatencyMS.P99, strings.ReplaceAll(why, "|", "/"))
 	}
 	if len(res.Failures) > 0 {

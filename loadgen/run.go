@@ -73,8 +73,13 @@ type TrialResult struct {
 	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	Groups       map[string]int    `json:"groups"`
 	HRR          int               `json:"hrr"`
-	LatencyMS    Latency           `json:"latency_ms"` // from the intended send time
-	ServiceMS    Latency           `json:"service_ms"` // from the actual send time (coordinated omission NOT corrected; for comparison)
+	// Resumed is how many successful measured requests resumed a session
+	// (the client's ConnectionState.DidResume); ResumeAttempts how many
+	// offered a ticket (an arm with a resume share).
+	Resumed        int     `json:"resumed"`
+	ResumeAttempts int     `json:"resume_attempts,omitempty"`
+	LatencyMS      Latency `json:"latency_ms"` // from the intended send time
+	ServiceMS      Latency `json:"service_ms"` // from the actual send time (coordinated omission NOT corrected; for comparison)
 	// SendLagMS is how late the generator sent (actual minus intended);
 	// a large lag means the client machine could not keep up.
 	SendLagMS Latency `json:"send_lag_ms"`
@@ -163,6 +168,8 @@ type ArmInfo struct {
 	Groups []string `json:"groups"`
 	// Measures is the group the arm is meant to measure (Arm.Measures).
 	Measures string `json:"measures"`
+	// Resume is the share of requests that offer a session ticket.
+	Resume float64 `json:"resume,omitempty"`
 }
 
 type job struct {
@@ -198,7 +205,7 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 		Warmup: c.Warmup.Seconds(), Baseline: c.Baseline,
 	}
 	for _, a := range c.Arms {
-		res.Arms = append(res.Arms, ArmInfo{Name: a.Name, Groups: a.GroupNames(), Measures: GroupName(a.Measures())})
+		res.Arms = append(res.Arms, ArmInfo{Name: a.Name, Groups: a.GroupNames(), Measures: GroupName(a.Measures()), Resume: a.Resume})
 	}
 	server := NewServerCPU(c.ProcRoot, ServerSelection{Target: c.Target, NoSocket: c.NoServerSocket,
 		PIDs: c.ServerPIDs, Names: c.ServerNames})
@@ -374,6 +381,10 @@ func warnings(res *Results) []string {
 		w = append(w, "no server process was measured: CPU figures and cost ratios are the client's (pass -server-pid or -server-name)")
 	}
 	for _, s := range res.Summary {
+		if s.ResumeAttempts > 0 && float64(s.Resumed) < 0.9*float64(s.ResumeAttempts) {
+			w = append(w, fmt.Sprintf("arm %s at %g/s: %d of %d resumption attempts resumed: the server did not accept its session tickets (nginx: ssl_session_tickets on)",
+				s.Arm, s.Rate, s.Resumed, s.ResumeAttempts))
+		}
 		if s.GroupMismatch != "" {
 			w = append(w, fmt.Sprintf("arm %s at %g/s %s: no cost ratio drawn", s.Arm, s.Rate, s.GroupMismatch))
 		}
@@ -522,7 +533,8 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 			break
 		}
 		r := Request{Arm: j.arm.Name, Rate: j.rate, Trial: j.trial, TrialID: id, Seq: seq, Intended: intended,
-			Warmup: intended.Before(ws)}
+			ResumeAttempt: resumeAttempt(seq, j.arm.Resume),
+			Warmup:        intended.Before(ws)}
 		seq++
 		wg.Add(1)
 		go func() {
@@ -594,6 +606,12 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		}
 		tr.OK++
 		tr.Groups[r.Group]++
+		if r.ResumeAttempt {
+			tr.ResumeAttempts++
+		}
+		if r.Resumed {
+			tr.Resumed++
+		}
 		if r.HRR {
 			tr.HRR++
 		}

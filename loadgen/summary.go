@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 )
 
 // Spread is a statistic's mean and spread over trials.
@@ -62,6 +63,9 @@ type ArmSummary struct {
 	Requests  int     `json:"requests"`
 	Errors    int     `json:"errors"`
 	HRR       int     `json:"hrr"`
+	// Resumed and ResumeAttempts sum those of every trial.
+	Resumed        int `json:"resumed"`
+	ResumeAttempts int `json:"resume_attempts,omitempty"`
 	// Groups sums the negotiated groups of every trial.
 	Groups map[string]int `json:"groups"`
 	// Measures is the group the arm is meant to measure; GroupMismatch
@@ -96,6 +100,8 @@ func summarize(res *Results, c *Config) []ArmSummary {
 				s.Requests += t.Requests
 				s.Errors += t.Errors
 				s.HRR += t.HRR
+				s.Resumed += t.Resumed
+				s.ResumeAttempts += t.ResumeAttempts
 				for g, n := range t.Groups {
 					s.Groups[g] += n
 				}
@@ -208,7 +214,9 @@ type StudyRow struct {
 	// pooled over the rates; RangeUs the widest max-min within a rate.
 	SpreadUs float64 `json:"spread_us"`
 	RangeUs  float64 `json:"range_us"`
-	Note     string  `json:"note,omitempty"`
+	// GroupMismatch says how the negotiated groups differ from Measures.
+	GroupMismatch string `json:"group_mismatch,omitempty"`
+	Note          string `json:"note,omitempty"`
 }
 
 // RateCost is an arm's mean CPU per handshake at one rate.
@@ -273,6 +281,7 @@ func study(res *Results, c *Config) []StudyRow {
 		}
 		r.ValidTrials = len(all)
 		mismatch := groupMismatch(&TrialResult{OK: sumValues(r.Negotiated), Groups: r.Negotiated}, r.Measures)
+		r.GroupMismatch = mismatch
 		switch {
 		case len(all) == 0:
 			r.Note = "no valid trial"
@@ -281,6 +290,10 @@ func study(res *Results, c *Config) []StudyRow {
 			continue
 		case mismatch != "":
 			r.Note = mismatch
+		}
+		if a.Resume > 0 {
+			note := fmt.Sprintf("%.0f%% of its requests offer a ticket: CPU per handshake, resumed and full together, not per full handshake", 100*a.Resume)
+			r.Note = strings.TrimPrefix(r.Note+"; "+note, "; ")
 		}
 		r.ServerCPUUsPerHandshake = spreadOf(all)
 		if m := r.ServerCPUUsPerHandshake.Mean; m > 0 && server {

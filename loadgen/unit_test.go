@@ -195,6 +195,12 @@ func TestParseArm(t *testing.T) {
 		{"p=P-256, secp384r1", []tls.CurveID{tls.CurveP256, tls.CurveP384}, nil},
 		{"h=x25519mlkem768", []tls.CurveID{tls.X25519MLKEM768}, nil},
 		{"s=SecP256r1MLKEM768", []tls.CurveID{tls.SecP256r1MLKEM768}, nil},
+		{"r=x25519;resume=0.5", []tls.CurveID{tls.X25519}, nil},
+		{"r=x25519; resume=25%", []tls.CurveID{tls.X25519}, nil},
+		{"r=x25519;resume=1.5", nil, ErrUsage},
+		{"r=x25519;resume=-1%", nil, ErrUsage},
+		{"r=x25519;resume=x", nil, ErrUsage},
+		{"r=x25519;nope=1", nil, ErrUsage},
 		{"x=MLKEM768", nil, ErrUnsupportedGroup},
 		{"x=x448", nil, ErrUnsupportedGroup},
 		{"noequals", nil, ErrUsage},
@@ -213,6 +219,11 @@ func TestParseArm(t *testing.T) {
 				t.Fatalf("got %v %v, want %v", a.Groups, err, tc.want)
 			}
 		})
+	}
+	for spec, want := range map[string]float64{"r=x25519;resume=0.5": 0.5, "r=x25519; resume=25%": 0.25, "r=x25519": 0} {
+		if a, _ := ParseArm(spec); a.Resume != want {
+			t.Errorf("%s: resume %v, want %v", spec, a.Resume, want)
+		}
 	}
 	if GroupName(tls.X25519MLKEM768) != "X25519MLKEM768" || GroupName(tls.CurveP256) != "secp256r1" || GroupName(0x1234) != "0x1234" {
 		t.Fatal("GroupName")
@@ -375,5 +386,20 @@ func TestFailuresAggregate(t *testing.T) {
 	}
 	if err := allFailed(&Results{Trials: []*TrialResult{{Requests: 5}, {Requests: 5, OK: 1}}}); err != nil {
 		t.Fatalf("one success: %v", err)
+	}
+}
+
+func TestResumeAttempt(t *testing.T) {
+	for _, share := range []float64{0, 0.1, 0.25, 0.5, 1} {
+		n := 0
+		for seq := range 1000 {
+			if resumeAttempt(seq, share) {
+				n++
+			}
+		}
+		// seq 0 never resumes (no ticket yet): at most one short.
+		if want := int(share * 1000); n != want && n != want-1 {
+			t.Errorf("share %v: %d of 1000 attempts", share, n)
+		}
 	}
 }
