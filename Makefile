@@ -28,11 +28,12 @@ test-short:
 # The hostile-edge floods of issue 14 at full size (root, loopback): 95,400
 # forged TCP segments and 19,400 forged QUIC Initials (make test sends fewer).
 # loadgen's heavy cases at full size (issue 18): the rate ladder (three rates
-# up to 400/s, five 10 s trials per arm and rate) and 2,000 idle TLS sessions
+# up to 400/s, five 10 s trials per arm and rate), the max-rate search (5 s
+# steps, four bisections) and 2,000 idle TLS sessions
 # held against nginx and Caddy.
 soak:
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 30m -run 'Flood' -v ./e2e ./sniffer/...
-	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'Soak|Ladder|IdleSessions' -v ./loadgen
+	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'Soak|Ladder|IdleSessions|MaxRateSearch' -v ./loadgen
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)

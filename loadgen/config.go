@@ -85,6 +85,11 @@ type Config struct {
 
 	Scenario Scenario
 
+	// MaxRateSearch, after the ladder, searches each arm for the highest
+	// rate a trial passes at (valid, and p99 under Search.MaxP99).
+	MaxRateSearch bool
+	Search        Search
+
 	// IdleSessions is how many TLS sessions (handshake done, no request)
 	// each trial opens before it starts and holds open while its load
 	// runs; the server's memory per idle session is reported.
@@ -131,6 +136,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Warmup < 0 || c.Cooldown < 0 {
 		return fmt.Errorf("%w: negative warmup or cooldown", ErrUsage)
+	}
+	if c.MaxRateSearch {
+		c.Search.defaults(c)
 	}
 	if c.IdleSessions < 0 {
 		return fmt.Errorf("%w: negative idle sessions", ErrUsage)

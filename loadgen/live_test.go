@@ -889,3 +889,51 @@ func TestResumption(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxRateSearch searches Caddy's maximum handshake rate per arm after
+// a one-rate ladder, and checks the search's own bookkeeping: the rate
+// reported is the highest that passed, a higher one failed with its
+// reasons, and the comparison with the ladder's implied ceiling agrees
+// within 25% or says why not. Scaled down (0.5 s steps, one bisection);
+// full size (5 s steps, four bisections) with PQWATCH_SOAK=1.
+func TestMaxRateSearch(t *testing.T) {
+	cd := startCaddy(t)
+	c := &Config{
+		Target: cd.addr, SNI: "localhost", RootCAs: certPool(t, cd.cert),
+		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
+		Rates: []float64{200}, Duration: 500 * time.Millisecond, Warmup: 200 * time.Millisecond, Trials: 1,
+		Timeout: 2 * time.Second, MaxRateSearch: true, Search: Search{Start: 200, Steps: 1},
+	}
+	if soak() {
+		c.Rates, c.Duration, c.Warmup, c.Trials, c.Search.Steps = []float64{100, 200, 400}, 5*time.Second, time.Second, 3, 4
+	}
+	res, err := c.Run(context.Background())
+	if err != nil && !errors.Is(err, ErrNoValidTrial) {
+		t.Fatal(err)
+	}
+	skipIfStarved(t, res)
+	t.Logf("\n%s", maxRateMarkdown(res))
+	if len(res.MaxRates) != 2 {
+		t.Fatalf("%d searches", len(res.MaxRates))
+	}
+	for _, m := range res.MaxRates {
+		best, lowestFail := 0.0, math.Inf(1)
+		for _, st := range m.Steps {
+			if st.Pass {
+				best = max(best, st.Rate)
+			} else {
+				lowestFail = math.Min(lowestFail, st.Rate)
+				if len(st.Why) == 0 {
+					t.Errorf("%s: step at %g/s failed without a reason", m.Arm, st.Rate)
+				}
+			}
+		}
+		if m.Rate != best || math.IsInf(lowestFail, 1) || len(m.LimitedBy) == 0 || len(m.Steps) > c.Search.MaxTrials {
+			t.Errorf("%s: max %v, best passing step %v, lowest failing %v, limited by %q, %d steps", m.Arm, m.Rate, best, lowestFail, m.LimitedBy, len(m.Steps))
+		}
+		if !m.Agrees && !strings.Contains(m.Note, "disagree") {
+			t.Errorf("%s: no agreement and no reason: %s", m.Arm, m.Note)
+		}
+		t.Logf("%s: max %.0f/s; %s", m.Arm, m.Rate, m.Note)
+	}
+}

@@ -94,6 +94,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(secondsFlag{&c.MaxSendLag}, "max-send-lag", "a trial whose p99 send lag exceeds this is invalid (default 10ms)")
 	fs.Float64Var(&c.MaxShortfall, "max-shortfall", 0.01, "a trial whose completed requests fall short of those scheduled by more than this share is invalid")
 	fs.Float64Var(&c.MaxErrorRate, "max-error-rate", 0.001, "a trial whose share of failed requests (timeouts included) exceeds this is invalid")
+	fs.BoolVar(&c.MaxRateSearch, "max-rate-search", false, "after the ladder, search each arm for the highest rate whose trial is valid with p99 under -search-p99 (doubling, then bisecting)")
+	fs.Var(secondsFlag{&c.Search.MaxP99}, "search-p99", "the p99 latency a max-rate search trial must stay under (default 100ms)")
 	fs.IntVar(&c.IdleSessions, "idle-sessions", 0, "hold `N` idle TLS sessions (handshake done, no request) open during each trial, and report the server's memory per idle session")
 	fs.StringVar(&scen, "scenario", "", "nginx scenario under load: swap, reload or rollback (needs -server-pid of the master)")
 	fs.StringVar(&scenAt, "scenario-at", "", "step times from trial start, comma-separated (default: spread over the window)")

@@ -151,6 +151,29 @@ func trialsCSV(res *Results) []byte {
 	return []byte(sb.String())
 }
 
+// maxRateMarkdown renders the max-rate searches.
+func maxRateMarkdown(res *Results) string {
+	if len(res.MaxRates) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n## Max handshake rate\n\nEach arm's rate doubled while a one-trial step passed (valid, p99 under the limit), then the last pass and the first failure were bisected.\n\n" +
+		"| arm | max rate/s | limited by | ladder server-only ceiling/s | with loadgen's CPU/s | agrees (25%) |\n|---|--:|---|--:|--:|---|\n")
+	for _, m := range res.MaxRates {
+		lim := strings.Join(m.LimitedBy, "; ")
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %.0f | %.0f | %v |\n", m.Arm, m.Rate, strings.ReplaceAll(lim, "|", "/"), m.ServerCeiling, m.SharedCeiling, m.Agrees)
+	}
+	for _, m := range res.MaxRates {
+		fmt.Fprintf(&b, "\n%s: %s.\n\n| rate/s | pass | completed/s | p99 ms | send lag p99 ms | errors | server CPU µs/handshake | why not |\n|--:|---|--:|--:|--:|--:|--:|---|\n",
+			m.Arm, m.Note)
+		for _, st := range m.Steps {
+			fmt.Fprintf(&b, "| %g | %v | %.1f | %.3f | %.3f | %d | %s | %s |\n", st.Rate, st.Pass, st.RateCompleted, st.P99MS,
+				st.SendLagP99MS, st.Errors, fmtOpt(st.ServerCPUUsPerHandshake, 1), strings.ReplaceAll(strings.Join(st.Why, "; "), "|", "/"))
+		}
+	}
+	return b.String()
+}
+
 // idleMarkdown renders the idle-session figures, when a run held any.
 func idleMarkdown(res *Results) string {
 	var b strings.Builder
@@ -329,6 +352,7 @@ func SummaryMarkdown(res *Results) string {
 			}
 		}
 	}
+	b.WriteString(maxRateMarkdown(res))
 	if h := res.H2Load; h != nil {
 		fmt.Fprintf(&b, "\nClient CPU per handshake, arm %s at %g/s: loadgen %.1f µs, h2load %.1f µs (%d handshakes): ratio %.2f.\n",
 			h.Arm, h.Rate, h.LoadgenUsPerHS, h.H2LoadUsPerHandshake, h.Succeeded, h.Ratio)

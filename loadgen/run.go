@@ -151,6 +151,8 @@ type Results struct {
 	// not measure their group, arms without a valid trial, server
 	// processes that could not be found.
 	Warnings []string `json:"warnings,omitempty"`
+	// MaxRates are the max-rate searches (Config.MaxRateSearch), per arm.
+	MaxRates []MaxRate `json:"max_rates,omitempty"`
 	// Server says which processes were measured as the server, and how.
 	Server    *ServerInfo      `json:"server,omitempty"`
 	Events    []Event          `json:"events,omitempty"`
@@ -286,6 +288,23 @@ func (c *Config) Run(ctx context.Context) (*Results, error) {
 		}
 		if c.KeepRequests {
 			res.Requests = append(res.Requests, reqs...)
+		}
+	}
+	if c.MaxRateSearch && runErr == nil {
+		id := len(res.Trials)
+		for _, a := range c.Arms {
+			m := c.searchMaxRate(ctx, a, func(rate float64) *TrialResult {
+				serverCPU, _ := refresh()
+				tr, _, _, _ := c.runTrial(ctx, id, job{arm: a, rate: rate, trial: 1}, res.Started, serverCPU, nil, 0, &idleBaseline)
+				id++
+				c.Logger.Info("search trial", "arm", a.Name, "rate", rate, "valid", tr.Valid, "p99_ms", tr.LatencyMS.P99)
+				if !tr.Valid { // let an overloaded server drain
+					time.Sleep(time.Second)
+				}
+				return tr
+			})
+			compareCeiling(&m, res)
+			res.MaxRates = append(res.MaxRates, m)
 		}
 	}
 	res.Finished = time.Now()

@@ -258,3 +258,86 @@ func TestStudy(t *testing.T) {
 		}
 	}
 }
+
+// TestSearchMaxRate runs the search against a made-up server that
+// sustains capacity handshakes per second.
+func TestSearchMaxRate(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		start    float64
+		capacity float64
+		want     float64 // the max rate found, within 5%
+	}{
+		{"doubles then bisects", 100, 1000, 1000},
+		{"start fails, halves", 100, 30, 30},
+		{"capped", 100, 1e9, 800},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &Config{Target: "x:1", Arms: mustArms(t, "a=x25519"), Rates: []float64{tc.start}, Duration: time.Second,
+				MaxRateSearch: true, Search: Search{Start: tc.start, Steps: 6, Max: 800}}
+			if tc.capacity < 1e9 {
+				c.Search.Max = 0
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			var tried []float64
+			m := c.searchMaxRate(t.Context(), c.Arms[0], func(rate float64) *TrialResult {
+				tried = append(tried, rate)
+				tr := &TrialResult{Valid: rate <= tc.capacity, LatencyMS: Latency{P99: 5}}
+				if !tr.Valid {
+					tr.InvalidReasons = []string{"short: made up"}
+				}
+				return tr
+			})
+			if m.Rate > tc.want || m.Rate < 0.95*tc.want || len(m.Steps) > c.Search.MaxTrials {
+				t.Fatalf("max rate %v after %v, want about %v", m.Rate, tried, tc.want)
+			}
+			if tc.capacity < 1e9 && (len(m.LimitedBy) == 0 || m.LimitedBy[0] != "short: made up") {
+				t.Fatalf("limited by %q", m.LimitedBy)
+			}
+			t.Logf("tried %v: max %v", tried, m.Rate)
+		})
+	}
+	// Latency past the limit fails a step even when the trial is valid.
+	c := &Config{Target: "x:1", Arms: mustArms(t, "a=x25519"), Rates: []float64{100}, Duration: time.Second, MaxRateSearch: true,
+		Search: Search{Steps: 3}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	m := c.searchMaxRate(t.Context(), c.Arms[0], func(rate float64) *TrialResult {
+		return &TrialResult{Valid: true, LatencyMS: Latency{P99: rate / 4}} // 400/s: 100 ms
+	})
+	if m.Rate < 300 || m.Rate > 400 || !strings.HasPrefix(m.LimitedBy[0], "p99: ") {
+		t.Fatalf("p99 limit: %v, %q", m.Rate, m.LimitedBy)
+	}
+}
+
+func TestCompareCeiling(t *testing.T) {
+	v := func(x float64) *float64 { return &x }
+	res := &Results{Cores: 2, Trials: []*TrialResult{
+		{Arm: "a", Rate: 200, Valid: true, ServerCPUUsPerHandshake: v(500), ClientCPUUsPerHandshake: 1500},
+		{Arm: "a", Rate: 200, Valid: false, ServerCPUUsPerHandshake: v(100), ClientCPUUsPerHandshake: 100},
+	}}
+	// Server-only ceiling 4000/s, shared 1000/s.
+	m := MaxRate{Arm: "a", Rate: 900, LimitedBy: []string{"send_lag: p99 send lag 30 ms"}}
+	compareCeiling(&m, res)
+	if m.ServerCeiling != 4000 || m.SharedCeiling != 1000 || !m.Agrees || !strings.Contains(m.Note, "agree within 25%") {
+		t.Fatalf("agrees: %+v", m)
+	}
+	m = MaxRate{Arm: "a", Rate: 500, LimitedBy: []string{"send_lag: p99 send lag 30 ms"}}
+	compareCeiling(&m, res)
+	if m.Agrees || !strings.Contains(m.Note, "failed before the cores were saturated") || !strings.Contains(m.Note, "its limit on this machine") {
+		t.Fatalf("below: %+v", m)
+	}
+	m = MaxRate{Arm: "a", Rate: 3200, LimitedBy: []string{"short: x"},
+		Steps: []SearchStep{{Rate: 3200, Pass: true, ServerCPUUsPerHandshake: v(250), ClientCPUUsPerHandshake: 350}}}
+	compareCeiling(&m, res)
+	if m.Agrees || !strings.Contains(m.Note, "not flat") || !strings.Contains(m.Note, "ceiling is 3333/s (-4%)") {
+		t.Fatalf("above: %+v", m)
+	}
+	m = MaxRate{Arm: "b"}
+	if compareCeiling(&m, res); !strings.Contains(m.Note, "no valid ladder trial") {
+		t.Fatalf("no ladder: %+v", m)
+	}
+}
