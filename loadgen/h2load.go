@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 // ErrH2Load marks a failed h2load comparison run.
@@ -31,6 +33,11 @@ type H2LoadComparison struct {
 	LoadgenUsPerHS       float64  `json:"loadgen_cpu_us_per_handshake"`
 	// Ratio is loadgen's client CPU per handshake over h2load's.
 	Ratio float64 `json:"ratio"`
+	// Group is the group h2load (OpenSSL) says it negotiated ("Server
+	// Temp Key"), by IANA name; LoadgenGroups what loadgen's requests of
+	// the arm at that rate negotiated.
+	Group         string         `json:"group,omitempty"`
+	LoadgenGroups map[string]int `json:"loadgen_groups,omitempty"`
 }
 
 // opensslGroup maps an IANA group name to OpenSSL's -groups spelling.
@@ -48,19 +55,35 @@ func opensslGroup(name string) string {
 	return name
 }
 
-var h2Succeeded = regexp.MustCompile(`requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded`)
+var (
+	h2Succeeded = regexp.MustCompile(`requests: (\d+) total, \d+ started, \d+ done, (\d+) succeeded`)
+	h2TempKey   = regexp.MustCompile(`Server Temp Key: (?:ECDH )?([A-Za-z0-9_-]+)`)
+)
+
+// h2loadGroup returns the IANA name of the group h2load's output reports,
+// or "" when it reports none it names.
+func h2loadGroup(out string) string {
+	m := h2TempKey.FindStringSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	if g, ok := tlsparse.ParseGroup(m[1]); ok {
+		return g.String()
+	}
+	return m[1]
+}
 
 // RunH2Load runs h2load for n one-request HTTP/1.1 connections created at
 // rate per second and returns its CPU time (user+system, from wait4) and
 // the number of succeeded requests.
-func RunH2Load(ctx context.Context, h2loadPath, target, sni, path string, groups []string, rate float64, n int) (cpu time.Duration, succeeded int, argv []string, err error) {
+func RunH2Load(ctx context.Context, h2loadPath, target, sni, path string, groups []string, rate float64, n int) (cpu time.Duration, succeeded int, argv []string, group string, err error) {
 	n = max(1, n)
 	if sni == "" {
 		sni, _, _ = net.SplitHostPort(target)
 	}
 	_, port, err := net.SplitHostPort(target)
 	if err != nil {
-		return 0, 0, nil, fmt.Errorf("%w: %v", ErrH2Load, err)
+		return 0, 0, nil, "", fmt.Errorf("%w: %v", ErrH2Load, err)
 	}
 	if path == "" {
 		path = "/"
@@ -78,15 +101,15 @@ func RunH2Load(ctx context.Context, h2loadPath, target, sni, path string, groups
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return 0, 0, argv, fmt.Errorf("%w: %v: %s", ErrH2Load, err, lastLines(string(out), 5))
+		return 0, 0, argv, "", fmt.Errorf("%w: %v: %s", ErrH2Load, err, lastLines(string(out), 5))
 	}
 	m := h2Succeeded.FindStringSubmatch(string(out))
 	if m == nil {
-		return 0, 0, argv, fmt.Errorf("%w: no request summary in output: %s", ErrH2Load, lastLines(string(out), 5))
+		return 0, 0, argv, "", fmt.Errorf("%w: no request summary in output: %s", ErrH2Load, lastLines(string(out), 5))
 	}
 	succeeded, _ = strconv.Atoi(m[2])
 	ps := cmd.ProcessState
-	return ps.UserTime() + ps.SystemTime(), succeeded, argv, nil
+	return ps.UserTime() + ps.SystemTime(), succeeded, argv, h2loadGroup(string(out)), nil
 }
 
 func lastLines(s string, n int) string {
@@ -110,13 +133,14 @@ func CompareH2Load(ctx context.Context, c *Config, res *Results, h2loadPath stri
 		}
 	}
 	var lg float64
+	var groups map[string]int
 	for _, s := range res.Summary {
 		if s.Arm == arm.Name && s.Rate == rate {
-			lg = s.ClientCPUUsPerHandshake.Mean
+			lg, groups = s.ClientCPUUsPerHandshake.Mean, s.Groups
 		}
 	}
 	n := max(1, int(rate*c.Duration.Seconds()))
-	cpu, ok, argv, err := RunH2Load(ctx, h2loadPath, c.Target, c.SNI, c.Path, arm.GroupNames(), rate, n)
+	cpu, ok, argv, group, err := RunH2Load(ctx, h2loadPath, c.Target, c.SNI, c.Path, arm.GroupNames(), rate, n)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +149,7 @@ func CompareH2Load(ctx context.Context, c *Config, res *Results, h2loadPath stri
 	}
 	cmp := &H2LoadComparison{Command: argv, Arm: arm.Name, Rate: rate, Requests: n, Succeeded: ok,
 		H2LoadCPUUs: cpu.Microseconds(), H2LoadUsPerHandshake: float64(cpu.Microseconds()) / float64(ok),
-		LoadgenUsPerHS: lg}
+		LoadgenUsPerHS: lg, Group: group, LoadgenGroups: groups}
 	if cmp.H2LoadUsPerHandshake > 0 {
 		cmp.Ratio = lg / cmp.H2LoadUsPerHandshake
 	}

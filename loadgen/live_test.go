@@ -481,6 +481,11 @@ func TestH2LoadCompare(t *testing.T) {
 	if cmp.Succeeded != cmp.Requests || cmp.Ratio <= 0 {
 		t.Errorf("h2load %d/%d ok, ratio %v", cmp.Succeeded, cmp.Requests, cmp.Ratio)
 	}
+	// h2load's own reading of the group (OpenSSL's "Server Temp Key")
+	// against the group loadgen's requests of the arm negotiated.
+	if cmp.Group != "x25519" || len(cmp.LoadgenGroups) != 1 || cmp.LoadgenGroups["x25519"] == 0 {
+		t.Errorf("h2load negotiated %q, loadgen %v", cmp.Group, cmp.LoadgenGroups)
+	}
 }
 
 // TestMainEndToEnd runs the command as the lead wires it, with -out and

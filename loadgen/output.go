@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"cmp"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -354,8 +355,8 @@ func SummaryMarkdown(res *Results) string {
 	}
 	b.WriteString(maxRateMarkdown(res))
 	if h := res.H2Load; h != nil {
-		fmt.Fprintf(&b, "\nClient CPU per handshake, arm %s at %g/s: loadgen %.1f µs, h2load %.1f µs (%d handshakes): ratio %.2f.\n",
-			h.Arm, h.Rate, h.LoadgenUsPerHS, h.H2LoadUsPerHandshake, h.Succeeded, h.Ratio)
+		fmt.Fprintf(&b, "\nClient CPU per handshake, arm %s at %g/s: loadgen %.1f µs, h2load %.1f µs (%d handshakes): ratio %.2f. h2load negotiated %s.\n",
+			h.Arm, h.Rate, h.LoadgenUsPerHS, h.H2LoadUsPerHandshake, h.Succeeded, h.Ratio, cmp.Or(h.Group, "(not reported)"))
 	}
 	if res.ScenarioStatus != "" {
 		fmt.Fprintf(&b, "\n## Scenario: %s\n\n", res.ScenarioStatus)

@@ -403,3 +403,18 @@ func TestResumeAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestH2LoadGroup reads the group from h2load's output (nghttp2 1.52 on
+// OpenSSL 3.0, as printed against Caddy).
+func TestH2LoadGroup(t *testing.T) {
+	for out, want := range map[string]string{
+		"TLS Protocol: TLSv1.3\nCipher: TLS_AES_128_GCM_SHA256\nServer Temp Key: X25519 253 bits\n": "x25519",
+		"Server Temp Key: ECDH prime256v1 256 bits\n":                                               "secp256r1",
+		"Server Temp Key: ECDH secp384r1 384 bits\n":                                                "secp384r1",
+		"TLS Protocol: TLSv1.3\n":                                                                   "",
+	} {
+		if got := h2loadGroup(out); got != want {
+			t.Errorf("h2loadGroup(%q) = %q, want %q", out, got, want)
+		}
+	}
+}
