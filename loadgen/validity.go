@@ -48,10 +48,11 @@ func judge(tr *TrialResult, c *Config) []string {
 		}
 		why = append(why, r)
 	}
-	// Compared in requests, with a little slack, so that exactly 1% short
-	// is not invalid by float rounding.
+	// Compared in requests (so that exactly 1% short is not invalid by
+	// float rounding), and never less than one request: a window's edges
+	// cut the requests in flight there, one more or less either way.
 	n := float64(tr.Requests)
-	if short := 1 - float64(tr.Completed)/n; c.MaxShortfall >= 0 && n-float64(tr.Completed) > c.MaxShortfall*n+1e-9 {
+	if short := 1 - float64(tr.Completed)/n; c.MaxShortfall >= 0 && n-float64(tr.Completed) > max(c.MaxShortfall*n, 1)+1e-9 {
 		why = append(why, fmt.Sprintf("%s: %d requests completed OK in the window of %d scheduled (%.1f/s of %.4g/s, %.1f%% short; limit %g%%)",
 			InvalidShort, tr.Completed, tr.Requests, tr.RateCompleted, float64(tr.Requests)/windowSeconds(tr), short*100, c.MaxShortfall*100))
 	}

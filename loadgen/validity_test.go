@@ -51,6 +51,8 @@ func TestJudge(t *testing.T) {
 		{"1% short is fine", func(tr *TrialResult) { tr.Completed = 990 }, nil},
 		{"short", func(tr *TrialResult) { tr.Completed = 989 }, []string{InvalidShort}},
 		{"more than scheduled is fine", func(tr *TrialResult) { tr.Completed = 1040 }, nil},
+		{"one request short of a small schedule is fine", func(tr *TrialResult) { tr.Requests, tr.OK, tr.Completed = 95, 95, 94 }, nil},
+		{"two requests short of a small schedule", func(tr *TrialResult) { tr.Requests, tr.OK, tr.Completed = 95, 95, 93 }, []string{InvalidShort}},
 		{"one error in 1000 is fine", func(tr *TrialResult) { tr.Errors, tr.OK = 1, 999 }, nil},
 		{"two errors in 1000", func(tr *TrialResult) {
 			tr.Errors, tr.OK, tr.Timeouts = 2, 998, 2
