@@ -271,7 +271,7 @@ func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (f
 }
 
 // cpuChart shows CPU per handshake per arm with the trial spread: the
-// server's when its processes are named, otherwise the client's.
+// server's when a server process was measured, otherwise the client's.
 func cpuChart(res *Results) []byte {
 	server := false
 	for _, t := range res.Trials {
