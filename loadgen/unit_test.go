@@ -418,3 +418,19 @@ func TestH2LoadGroup(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkServerCPUSample is one sample of a server (this process): a
+// scan of the process table and every thread's schedstat, every 50 ms of a
+// trial.
+func BenchmarkServerCPUSample(b *testing.B) {
+	s := NewServerCPU("", ServerSelection{PIDs: []int{osGetpid()}})
+	if !s.Refresh() {
+		b.Skip("nothing selected")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Sample(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -183,19 +183,34 @@ func ParseBtime(b []byte) (int64, error) {
 // (time waiting on a run queue, and timeslices run) are checked for form
 // and ignored.
 func ParseSchedstat(b []byte) (uint64, error) {
-	f := bytes.Fields(b)
-	if len(f) != 3 {
-		return 0, fmt.Errorf("%w: %d fields", ErrBadSchedstat, len(f))
-	}
 	var run uint64
-	for i, x := range f {
-		v, ok := atoi(x)
-		if !ok {
-			return 0, fmt.Errorf("%w: bad field %d", ErrBadSchedstat, i+1)
+	n := 0
+	space := func(c byte) bool { return c == ' ' || c == '\n' || c == '\t' }
+	for i := 0; i < len(b); {
+		for i < len(b) && space(b[i]) {
+			i++
 		}
-		if i == 0 {
+		if i == len(b) {
+			break
+		}
+		j := i
+		for j < len(b) && !space(b[j]) {
+			j++
+		}
+		if n++; n > 3 {
+			return 0, fmt.Errorf("%w: more than 3 fields", ErrBadSchedstat)
+		}
+		v, ok := atoi(b[i:j])
+		if !ok {
+			return 0, fmt.Errorf("%w: bad field %d", ErrBadSchedstat, n)
+		}
+		if n == 1 {
 			run = v
 		}
+		i = j
+	}
+	if n != 3 {
+		return 0, fmt.Errorf("%w: %d fields", ErrBadSchedstat, n)
 	}
 	return run, nil
 }

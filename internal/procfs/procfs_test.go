@@ -281,6 +281,13 @@ func TestParseSchedstat(t *testing.T) {
 	}
 }
 
+func TestParseSchedstatAllocs(t *testing.T) {
+	line := []byte(schedstatCases[0].in)
+	if n := testing.AllocsPerRun(100, func() { _, _ = ParseSchedstat(line) }); n != 0 {
+		t.Fatalf("ParseSchedstat allocates %v", n)
+	}
+}
+
 func FuzzParseSchedstat(f *testing.F) {
 	for _, tc := range schedstatCases {
 		f.Add([]byte(tc.in))
@@ -336,5 +343,16 @@ func TestReadTaskRuntimes(t *testing.T) {
 		t.Skip("no /proc:", err)
 	} else if err != nil || self[os.Getpid()] == 0 {
 		t.Fatalf("self: %v, %v", self, err)
+	}
+}
+
+func BenchmarkParseSchedstat(b *testing.B) {
+	line := []byte(schedstatCases[0].in)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(line)))
+	for b.Loop() {
+		if _, err := ParseSchedstat(line); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
