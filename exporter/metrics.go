@@ -2,8 +2,8 @@ package exporter
 
 import (
 	"runtime"
-	"slices"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
