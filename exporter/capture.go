@@ -23,7 +23,7 @@ type CaptureStats struct {
 	// Interfaces holds per-interface counters, keyed by interface name.
 	Interfaces map[string]IfaceStats
 
-	FlowsEvicted    uint64 // flow-table entries evicted (cap or idle)
+	FlowsEvicted    uint64 // flow-table entries evicted because the table was full (idle expiry is not counted)
 	FlowsActive     int    // flow-table entries now
 	QUICConnsActive int    // tracked QUIC connections now
 }
@@ -34,7 +34,7 @@ var (
 	descCaptureDrops = prometheus.NewDesc(namespace+"_capture_drops_total",
 		"Packets dropped by the kernel before the capture read them, by interface.", []string{"iface"}, nil)
 	descFlowsEvicted = prometheus.NewDesc(namespace+"_flows_evicted_total",
-		"Flow-table entries evicted because the table was full or the flow was idle.", nil, nil)
+		"Flow-table entries evicted because the table was full (flows that went idle expire normally and are not counted).", nil, nil)
 	descFlowsActive = prometheus.NewDesc(namespace+"_flows_active",
 		"Flow-table entries currently tracked.", nil, nil)
 	descQUICConnsActive = prometheus.NewDesc(namespace+"_quic_conns_active",

@@ -348,7 +348,7 @@ pqwatch_capture_packets_total{iface="veth1"} 7
 # HELP pqwatch_flows_active Flow-table entries currently tracked.
 # TYPE pqwatch_flows_active gauge
 pqwatch_flows_active 12
-# HELP pqwatch_flows_evicted_total Flow-table entries evicted because the table was full or the flow was idle.
+# HELP pqwatch_flows_evicted_total Flow-table entries evicted because the table was full (flows that went idle expire normally and are not counted).
 # TYPE pqwatch_flows_evicted_total counter
 pqwatch_flows_evicted_total 3
 # HELP pqwatch_quic_conns_active QUIC connections currently tracked.

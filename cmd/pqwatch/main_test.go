@@ -100,6 +100,23 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestRunRejectsBadCaptureFlags: -ports beyond the kernel filter's limit
+// and a -block-timeout out of range are usage errors, before any capture.
+func TestRunRejectsBadCaptureFlags(t *testing.T) {
+	var many []string
+	for p := 1; p <= 101; p++ {
+		many = append(many, strconv.Itoa(p))
+	}
+	for name, args := range map[string][]string{
+		"101 ports":     {"run", "-ports", strings.Join(many, ",")},
+		"block timeout": {"run", "-block-timeout", "2m"},
+	} {
+		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, args[1]) {
+			t.Errorf("%s: exit %d, stderr %q", name, code, stderr)
+		}
+	}
+}
+
 // TestAnalyzeTestdata: the shipped capture (real crypto/tls handshakes,
 // written by internal/gencap) gives the golden text report and a JSON
 // summary that agrees with the JSONL records.

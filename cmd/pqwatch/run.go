@@ -95,6 +95,12 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	if err != nil {
 		return cfg, nil, err
 	}
+	if len(ports) > capture.MaxPorts {
+		return cfg, nil, fmt.Errorf("-ports: %d ports, at most %d (the kernel filter's limit; TLS is found on any port without -ports)", len(ports), capture.MaxPorts)
+	}
+	if rf.blockTO != 0 && (rf.blockTO < time.Millisecond || rf.blockTO > time.Minute) {
+		return cfg, nil, fmt.Errorf("-block-timeout %v: must be from 1ms to 1m", rf.blockTO)
+	}
 	cfg.Ports = ports
 	if len(rf.nginxLogs)+len(rf.nginxLogsAs) > 0 {
 		if cfg.NginxLogs, err = nginxLogs(&rf.commonFlags, true); err != nil {
