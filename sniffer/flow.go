@@ -7,6 +7,8 @@ import (
 
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
+
+	"github.com/pqwatch/pqwatch/internal/memlist"
 )
 
 // flowKey is a TCP connection's endpoints in canonical order (lo < hi), so
@@ -41,13 +43,11 @@ type flow struct {
 	mss        [2]uint16 // MSS announced in each direction's SYN
 	ts         [2]bool   // timestamp option in each direction's SYN
 	rec        *record.Handshake
-	live       bool // in the table (false once removed)
-	mem        int  // buffer bytes, as counted in Sniffer.tcpBytes
-	bprev      *flow
-	bnext      *flow // list of flows holding buffers (mem > 0)
-	chDone     bool  // first ClientHello parsed (or failed)
-	shFinal    bool  // final ServerHello seen
-	tls12Wait  bool  // TLS 1.2: waiting for ServerKeyExchange
+	live       bool               // in the table (false once removed)
+	buffered   memlist.Link[flow] // in Sniffer.buffered while the flow holds buffers
+	chDone     bool               // first ClientHello parsed (or failed)
+	shFinal    bool               // final ServerHello seen
+	tls12Wait  bool               // TLS 1.2: waiting for ServerKeyExchange
 	shFirstTS  time.Time
 	alert      string
 	rst        bool
@@ -833,10 +833,7 @@ func (s *Sniffer) unlink(f *flow) {
 func (s *Sniffer) remove(f *flow) {
 	s.unlink(f)
 	delete(s.flows, f.key)
-	s.tcpBytes -= f.mem
-	if f.mem > 0 {
-		s.unbuffer(f)
-	}
+	s.buffered.Account(f, 0)
 	d0, d1 := f.dir[0], f.dir[1]
 	d0.release(&s.pool)
 	d1.release(&s.pool)

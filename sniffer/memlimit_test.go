@@ -6,23 +6,6 @@ import (
 	"testing"
 )
 
-func TestParseCgroupLimit(t *testing.T) {
-	for in, want := range map[string]int64{
-		"max\n":                 0, // v2, no limit
-		"9223372036854771712\n": 0, // v1, no limit
-		"536870912\n":           512 << 20,
-		"":                      0,
-		"garbage":               0,
-		"-1":                    0,
-		"268435456":             256 << 20,
-		"1152921504606846976\n": 0, // 2^60: treated as no limit
-	} {
-		if got := parseCgroupLimit(in); got != want {
-			t.Errorf("parseCgroupLimit(%q) = %d, want %d", in, got, want)
-		}
-	}
-}
-
 // TestDefaultBudget: under GOMEMLIMIT the budget is a quarter of it shared
 // by GOMAXPROCS sniffers, never above the default nor below 1 MiB.
 func TestDefaultBudget(t *testing.T) {

@@ -14,6 +14,8 @@ import (
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/sniffer/quic"
 	"github.com/pqwatch/pqwatch/tlsparse"
+
+	"github.com/pqwatch/pqwatch/internal/memlist"
 )
 
 // Config bounds the sniffer's state. Zero values take the defaults.
@@ -104,11 +106,10 @@ type Sniffer struct {
 	quic       *quic.ConnTable
 	lastExpire time.Time
 	flushing   bool // inside Flush: QUIC connections end as truncated
-	tcpBytes   int  // TCP buffer bytes held by flows in the table (flow.mem)
-	// Flows holding buffers, in the order they began to: bhead is the
-	// oldest, evicted first when the budget is exceeded.
-	bhead, btail *flow
-	now          time.Time
+	// Flows holding TCP buffers, oldest first (evicted first when the
+	// budget is exceeded), and the bytes they hold.
+	buffered memlist.List[flow]
+	now      time.Time
 
 	stats Stats
 	errs  [len(errReasons)]uint64
@@ -192,7 +193,8 @@ func ErrorReasons() []string { return errReasons[:] }
 // New returns a Sniffer with cfg's bounds.
 func New(cfg Config) *Sniffer {
 	cfg.defaults()
-	s := &Sniffer{cfg: cfg, flows: make(map[flowKey]*flow, min(cfg.MaxFlows, 4096))}
+	s := &Sniffer{cfg: cfg, flows: make(map[flowKey]*flow, min(cfg.MaxFlows, 4096)),
+		buffered: memlist.New(func(f *flow) *memlist.Link[flow] { return &f.buffered })}
 	if len(cfg.Ports) > 0 {
 		s.ports = new([1024]uint64)
 		for _, p := range cfg.Ports {
@@ -283,7 +285,7 @@ func (s *Sniffer) Flush() {
 func (s *Sniffer) Stats() Stats {
 	st := s.stats
 	st.FlowsActive = len(s.flows)
-	st.BufferedBytes = s.tcpBytes + s.quic.Buffered()
+	st.BufferedBytes = s.buffered.Bytes() + s.quic.Buffered()
 	st.Errors = make(map[string]uint64)
 	for i, n := range s.errs {
 		if n > 0 {
@@ -301,46 +303,20 @@ func (s *Sniffer) emit(r *record.Handshake) {
 	}
 }
 
-// account brings s.tcpBytes up to date with f's buffers.
+// account brings s.buffered up to date with f's buffers.
+// Most packets change nothing: no call then.
 func (s *Sniffer) account(f *flow) {
-	m := f.dir[0].mem() + f.dir[1].mem()
-	switch {
-	case f.mem == 0 && m > 0:
-		f.bprev, f.bnext = s.btail, nil
-		if s.btail != nil {
-			s.btail.bnext = f
-		} else {
-			s.bhead = f
-		}
-		s.btail = f
-	case f.mem > 0 && m == 0:
-		s.unbuffer(f)
+	if m := f.dir[0].mem() + f.dir[1].mem(); m != f.buffered.Mem() {
+		s.buffered.Account(f, m)
 	}
-	s.tcpBytes += m - f.mem
-	f.mem = m
-}
-
-// unbuffer takes f off the list of flows holding buffers.
-func (s *Sniffer) unbuffer(f *flow) {
-	if f.bprev != nil {
-		f.bprev.bnext = f.bnext
-	} else {
-		s.bhead = f.bnext
-	}
-	if f.bnext != nil {
-		f.bnext.bprev = f.bprev
-	} else {
-		s.btail = f.bprev
-	}
-	f.bprev, f.bnext = nil, nil
 }
 
 // enforce evicts, oldest first, unfinished flows or QUIC connections that
 // hold buffers until the buffers fit Config.MaxBufferedBytes. The table
 // holding more bytes gives one up.
 func (s *Sniffer) enforce() {
-	for s.tcpBytes+s.quic.Buffered() > s.cfg.MaxBufferedBytes {
-		if s.tcpBytes >= s.quic.Buffered() {
+	for s.buffered.Bytes()+s.quic.Buffered() > s.cfg.MaxBufferedBytes {
+		if s.buffered.Bytes() >= s.quic.Buffered() {
 			if !s.evictOldest() {
 				return
 			}
@@ -358,7 +334,7 @@ func (s *Sniffer) enforce() {
 // (a handshake still unfinished: finished flows hold none); its record (if
 // any) ends truncated: pqwatch's loss, not the server's.
 func (s *Sniffer) evictOldest() bool {
-	f := s.bhead
+	f := s.buffered.Oldest()
 	if f == nil {
 		return false
 	}

@@ -27,8 +27,8 @@ const (
 )
 
 // unlimited is where cgroup limits stop meaning anything (v1 writes
-// 0x7ffffffffffff000 for "no limit").
-const unlimited = 1 << 62
+// 0x7ffffffffffff000 for "no limit"; 1 EiB is none in practice).
+const unlimited = 1 << 60
 
 // Limit is the memory limit in bytes and its source; 0 and None when there
 // is none.

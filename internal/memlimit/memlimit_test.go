@@ -46,3 +46,23 @@ func TestCgroup(t *testing.T) {
 		}
 	}
 }
+
+// TestReadLimit: the values a limit file may hold (the cases of the
+// sniffer's former parser).
+func TestReadLimit(t *testing.T) {
+	for in, want := range map[string]int64{
+		"max\n":                 0, // v2, no limit
+		"9223372036854771712\n": 0, // v1, no limit
+		"536870912\n":           512 << 20,
+		"":                      0,
+		"garbage":               0,
+		"-1":                    0,
+		"268435456":             256 << 20,
+		"1152921504606846976\n": 0, // 2^60: treated as no limit
+	} {
+		root := fstest.MapFS{"memory.max": &fstest.MapFile{Data: []byte(in)}}
+		if got, _ := readLimit(root, "memory.max"); got != want {
+			t.Errorf("readLimit(%q) = %d, want %d", in, got, want)
+		}
+	}
+}

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/pqwatch/pqwatch/internal/memlist"
 )
 
 // Defaults for zero Config fields.
@@ -127,9 +129,7 @@ type conn struct {
 	shDone      bool
 	shOff       int // server stream offset of the next message
 	done        bool
-	mem         int // CRYPTO buffer bytes held, as counted in ConnTable.buffered
-	bprev       *conn
-	bnext       *conn // list of connections holding buffers (mem > 0)
+	buffered    memlist.Link[conn] // in ConnTable.buffered while it holds CRYPTO buffers
 	lastSeen    time.Time
 	prev, next  *conn
 }
@@ -178,10 +178,9 @@ type ConnTable struct {
 	buf        []byte
 	stats      [numStats]uint64
 	lastExpire time.Time
-	buffered   int // CRYPTO buffer bytes held by all connections
-	// Connections holding buffers, in the order they began to: bhead is
-	// the oldest, evicted first by EvictOldest.
-	bhead, btail *conn
+	// Connections holding CRYPTO buffers, oldest first (evicted first by
+	// EvictOldest), and the bytes they hold.
+	buffered memlist.List[conn]
 
 	// One derived key pair for a DCID not yet tied to a connection, so a
 	// burst of undecryptable Initials for the same DCID derives once.
@@ -203,9 +202,10 @@ func NewConnTable(cfg Config) *ConnTable {
 		cfg.Timeout = DefaultTimeout
 	}
 	return &ConnTable{
-		cfg:   cfg,
-		conns: make(map[flowKey]*conn),
-		buf:   make([]byte, 0, 2048),
+		cfg:      cfg,
+		conns:    make(map[flowKey]*conn),
+		buf:      make([]byte, 0, 2048),
+		buffered: memlist.New(func(c *conn) *memlist.Link[conn] { return &c.buffered }),
 	}
 }
 
@@ -530,46 +530,20 @@ func (t *ConnTable) frames(c *conn, dir int, ts time.Time, plain []byte) {
 
 // account brings t.buffered up to date with c's CRYPTO buffers.
 func (t *ConnTable) account(c *conn) {
-	m := cap(c.streams[dirClient].buf) + cap(c.streams[dirServer].buf)
-	switch {
-	case c.mem == 0 && m > 0:
-		c.bprev, c.bnext = t.btail, nil
-		if t.btail != nil {
-			t.btail.bnext = c
-		} else {
-			t.bhead = c
-		}
-		t.btail = c
-	case c.mem > 0 && m == 0:
-		t.unbuffer(c)
+	if m := cap(c.streams[dirClient].buf) + cap(c.streams[dirServer].buf); m != c.buffered.Mem() {
+		t.buffered.Account(c, m)
 	}
-	t.buffered += m - c.mem
-	c.mem = m
-}
-
-func (t *ConnTable) unbuffer(c *conn) {
-	if c.bprev != nil {
-		c.bprev.bnext = c.bnext
-	} else {
-		t.bhead = c.bnext
-	}
-	if c.bnext != nil {
-		c.bnext.bprev = c.bprev
-	} else {
-		t.btail = c.bprev
-	}
-	c.bprev, c.bnext = nil, nil
 }
 
 // Buffered reports the CRYPTO buffer bytes the table holds.
-func (t *ConnTable) Buffered() int { return t.buffered }
+func (t *ConnTable) Buffered() int { return t.buffered.Bytes() }
 
 // EvictOldest delivers and drops the connection that has held CRYPTO
 // buffers longest (an unfinished hello: delivered ones hold none); it
 // reports whether there was one. The connection's Conn has MemoryEvicted
 // set.
 func (t *ConnTable) EvictOldest() bool {
-	c := t.bhead
+	c := t.buffered.Oldest()
 	if c == nil {
 		return false
 	}
@@ -723,9 +697,5 @@ func (t *ConnTable) unlink(c *conn) {
 func (t *ConnTable) remove(c *conn) {
 	t.unlink(c)
 	delete(t.conns, c.key)
-	t.buffered -= c.mem
-	if c.mem > 0 {
-		t.unbuffer(c)
-	}
-	c.mem = 0
+	t.buffered.Account(c, 0)
 }
