@@ -597,14 +597,20 @@ const (
 // collection costs a few milliseconds). Called once a second from the
 // housekeeping goroutine.
 func (a *Agent) returnMemory() {
-	st := a.SnifferStats()
-	a.peakFlows, a.peakBuffered = max(a.peakFlows, st.FlowsActive), max(a.peakBuffered, st.BufferedBytes)
+	flows, buffered := 0, 0
+	for _, w := range a.workers {
+		w.mu.Lock()
+		f, b := w.sn.Held()
+		w.mu.Unlock()
+		flows, buffered = flows+f, buffered+b
+	}
+	a.peakFlows, a.peakBuffered = max(a.peakFlows, flows), max(a.peakBuffered, buffered)
 	flood := a.peakFlows >= floodFlows || a.peakBuffered >= floodBuffered
-	if flood && st.FlowsActive*2 <= a.peakFlows && st.BufferedBytes*2 <= a.peakBuffered && time.Since(a.lastReturn) >= returnMinPeriod {
+	if flood && flows*2 <= a.peakFlows && buffered*2 <= a.peakBuffered && time.Since(a.lastReturn) >= returnMinPeriod {
 		a.lastReturn = time.Now()
 		debug.FreeOSMemory()
 		a.log.Debug("flood over: memory returned", "peak_flows", a.peakFlows, "peak_buffered_bytes", a.peakBuffered)
-		a.peakFlows, a.peakBuffered = st.FlowsActive, st.BufferedBytes
+		a.peakFlows, a.peakBuffered = flows, buffered
 	}
 }
 

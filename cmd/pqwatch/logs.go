@@ -80,11 +80,15 @@ func nginxLogs(cf *commonFlags, fromEnd bool) ([]logjoin.NginxLog, error) {
 	}
 	for _, path := range cf.nginxLogs {
 		l := logjoin.NginxLog{Path: path, Format: logparse.Combined, How: howDefault}
+		var fromConf *logparse.Format
+		if conf != nil {
+			fromConf = confFormat(conf, path)
+		}
 		switch {
 		case explicit != nil:
 			l.Format, l.How = explicit, howFlag
-		case conf != nil && confFormat(conf, path) != nil:
-			l.Format, l.How = confFormat(conf, path), howConfPath
+		case fromConf != nil:
+			l.Format, l.How = fromConf, howConfPath
 		default:
 			cands := []*logparse.Format{logparse.Combined}
 			if conf != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pqwatch/pqwatch/report"
 )
@@ -267,3 +269,35 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// TestAnalyzeSpanAndPortsTshark: the capture's time span and the packets
+// -ports skipped, against tshark's reading of the same file.
+func TestAnalyzeSpanAndPortsTshark(t *testing.T) {
+	tshark, err := exec.LookPath("tshark")
+	if err != nil {
+		t.Skip("needs tshark (installed by .ci/run)")
+	}
+	capture := filepath.Join("..", "..", "testdata", "handshakes.pcap")
+	out, err := exec.Command(tshark, "-r", capture, "-T", "fields", "-e", "frame.time_epoch").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	times := strings.Fields(string(out))
+	outside, err := exec.Command(tshark, "-r", capture, "-Y", "not tcp.port==40000 and not udp.port==40000").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nOutside := strings.Count(string(outside), "\n")
+	code, js, stderr := run(t, "analyze", "-format", "json", "-ports", "40000", capture)
+	var sum summaryJSON
+	if err := json.Unmarshal([]byte(js), &sum); err != nil || code != 0 || sum.Span == nil {
+		t.Fatalf("exit %d, %v: %s", code, err, stderr)
+	}
+	epoch := func(ts time.Time) string { return fmt.Sprintf("%d.%09d", ts.Unix(), ts.Nanosecond()) }
+	if first, last := epoch(sum.Span.First), epoch(sum.Span.Last); first != times[0] || last != times[len(times)-1] {
+		t.Errorf("span %s..%s, tshark %s..%s", first, last, times[0], times[len(times)-1])
+	}
+	if int(sum.PacketsOutsidePorts) != nOutside || nOutside == 0 {
+		t.Errorf("packets outside -ports %d, tshark %d", sum.PacketsOutsidePorts, nOutside)
+	}
+}

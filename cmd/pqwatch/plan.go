@@ -113,8 +113,11 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	if plan.Handshakes == 0 {
-		fmt.Fprintln(stderr, "pqwatch plan: no records found")
+		fmt.Fprintf(stderr, "pqwatch plan: %s: no handshake records; plan reads the JSONL records of pqwatch run -format jsonl or analyze -format jsonl\n", strings.Join(fs.Args(), ", "))
 		return exitFailure
+	}
+	if plan.IDsUnchecked > 0 {
+		fmt.Fprintf(stderr, "pqwatch plan: warning: %d records past the %d-id cap were not checked for duplicates\n", plan.IDsUnchecked, report.MaxPlanIDs)
 	}
 	return exitOK
 }
