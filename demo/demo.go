@@ -246,7 +246,7 @@ func runOffline(ctx context.Context, o Options, out, errw io.Writer, sum *report
 	if err != nil {
 		return err
 	}
-	if res.FileFailed {
+	if res.Failed > 0 {
 		return fmt.Errorf("demo: the generated capture %s could not be read", path)
 	}
 	fmt.Fprintf(out, "(offline: %d connections of real crypto/tls handshakes written to a capture and analysed)\n\n", n)

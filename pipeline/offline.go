@@ -32,8 +32,7 @@ type Offline struct {
 // OfflineResult says how the run went.
 type OfflineResult struct {
 	Stats      sniffer.Stats
-	FileFailed bool // a file could not be read at all
-	Failed     int  // how many
+	Failed int // files that could not be read at all
 }
 
 // Run reads every file through the sniffer and the pipeline into the
@@ -80,7 +79,6 @@ func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
 		case err != nil:
 			fmt.Fprintln(stderr, "pqwatch analyze:", err)
 			fi.Error = err.Error()
-			res.FileFailed = true
 			res.Failed++
 			sum.Errors["unreadable_file"]++
 		case st.Err != nil:
