@@ -31,7 +31,7 @@ type Offline struct {
 
 // OfflineResult says how the run went.
 type OfflineResult struct {
-	Stats      sniffer.Stats
+	Stats  sniffer.Stats
 	Failed int // files that could not be read at all
 }
 
