@@ -160,7 +160,7 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Forecast != nil {
 		policy = *cfg.Forecast
 	}
-	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, revision()))
+	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, revision()), exporter.WithPorts(cfg.Ports))
 	n := cfg.Workers
 	if n <= 0 {
 		n = runtime.GOMAXPROCS(0) // follows the cgroup's CPU limit, not the host's cores

@@ -143,6 +143,8 @@ type metricsConfig struct {
 	parseReasons []string
 	version      string
 	revision     string
+	ports        []uint16 // WithPorts
+	portsFixed   bool
 }
 
 // WithParseErrorReasons replaces DefaultParseErrorReasons.
@@ -177,6 +179,7 @@ type Metrics struct {
 	logLines    *sourcedCounter
 	joins       *sourcedCounter
 	kafka       map[string]prometheus.Counter
+	ports       *portMetric // pqwatch_port_handshakes_total (ports.go)
 }
 
 // NewMetrics creates the metrics and registers them with reg. It panics if a
@@ -272,8 +275,9 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	buildInfoGauge.WithLabelValues(cfg.version, cfg.revision, runtime.Version()).Set(1)
 
 	m.initSeries()
+	m.ports = newPortMetric(cfg.ports, cfg.portsFixed)
 
-	reg.MustRegister(m.handshakes, clientHelloVec, m.serverHelloVec, m.segments, m.rtt,
+	reg.MustRegister(m.ports.vec, m.handshakes, clientHelloVec, m.serverHelloVec, m.segments, m.rtt,
 		m.pqOffered, forecastVec, m.parseErrors, m.logLines, m.joins, kafkaVec, buildInfoGauge)
 	return m
 }
@@ -325,6 +329,7 @@ func (m *Metrics) Write(h *record.Handshake) error {
 	gi := groupIdx(h)
 	pq := b2i(h.PQ)
 	m.handshake(transportIdx(h.Transport), versionIdx(h.Version), gi, pq, b2i(h.HRR), outcomeIdx(h.Outcome)).Inc()
+	m.ports.write(h)
 	if h.PQOffered {
 		m.pqOffered.Inc()
 	}
