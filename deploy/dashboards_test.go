@@ -26,6 +26,9 @@ var knownMetrics = []string{
 	"pqwatch_log_lines_total",
 	"pqwatch_log_joins_total",
 	"pqwatch_kafka_messages_total",
+	"pqwatch_kafka_up",
+	"pqwatch_kafka_errors_total",
+	"pqwatch_port_handshakes_total",
 	"pqwatch_capture_packets_total",
 	"pqwatch_capture_drops_total",
 	"pqwatch_flows_evicted_total",
@@ -225,10 +228,9 @@ func TestDashboards(t *testing.T) {
 			}
 		}
 		// One panel for each question of a rollout (RUNBOOK.md names them).
-		// Not here: the PQ share per listening port, which needs a port
-		// label that pqwatch_handshakes_total does not have.
 		for _, want := range []string{
 			"PQ share of completed handshakes, by node", "PQ share by server generation",
+			"PQ share of completed handshakes, by listening port",
 			"Forecast outcomes of ClientHellos (handshakes/s)",
 			"Mean ServerHello bytes by group", "Hello size growth, PQ over classical (fleet)", "ClientHello segments",
 			"HelloRetryRequest share of attempts, by node", "Handshake failure share of attempts, by node",
@@ -236,6 +238,7 @@ func TestDashboards(t *testing.T) {
 			"Handshakes by generation (handshakes/s)", "Server CPU per handshake by generation", "Swap events (per interval)",
 			"Capture drops (ring full)", "Flows evicted, table full (flows/s)", "Parse errors by reason (errors/s)",
 			"Log joins by result (records/s)", "Kafka messages by result (messages/s)", "Agents up",
+			"Kafka feed up, by node (1 up, 0 down)", "Kafka errors by reason (errors/s)",
 		} {
 			if !slices.Contains(titles, want) {
 				t.Errorf("%s: no panel %q", f, want)
