@@ -18,6 +18,7 @@ const (
 	whySuricataJA4Underscore = "Suricata is wrong: this ClientHello has no signature_algorithms and Suricata hashes the extension list with a trailing '_'; FoxIO's JA4.md says the string then ends without '_' (sha256 of \"0005,000a,000b,0017,0023,ff01\" = c39ab67fec8e); this filter also needs tls.version=TLSv1, see whySuricataClientVersion"
 	whyPartialCH             = "definitions differ: the connection's only ClientHello record is cut short (its header says 69 bytes, 64 follow, then the flow goes idle); pqwatch writes a record for a ClientHello that never completes (client_hello_bytes from its header, outcome incomplete: its SYN was captured) because a hybrid hello whose second segment never arrives is what an operator must see, tshark dissects no ClientHello"
 	whyMalformedCH           = "by design: a one-packet ClientHello whose body does not parse (its extensions overrun the message); pqwatch writes a record only for a real ClientHello and counts malformed_client_hello, tshark dissects what it can"
+	whyZeekDHE               = "definitions differ: Zeek's curve column names elliptic curves only; a TLS 1.2 DHE ServerKeyExchange carries a prime (here 1024 bits, tshark: p_len 128, g 2, not an RFC 7919 prime), which pqwatch names ffdhe* when it is RFC 7919's and otherwise dhe and its size in bits"
 	whySuricataClientVersion = "definitions differ: with no ServerHello (server closed after the ClientHello) Suricata's tls.version is the ClientHello's version; pqwatch's version is the negotiated one only, absent here"
 )
 
@@ -91,6 +92,9 @@ var knownDisagreements = []known{
 	{disagreement{"tshark", "zeek_zeek/testing/btest/Traces/tls/tls13draft23-chrome67.0.3368.0-canary.pcap", "", "sh_key_share", "-", "x25519"}, whyDraft},
 	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/chrome-63.0.3211.0-canary-tls_experiment.pcap", "192.168.0.2:62873", "group", "-", "x25519"}, whyDraft},
 	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/chrome-63.0.3211.0-canary-tls_experiment.pcap", "192.168.0.2:62873", "version", "0x7e01", "unknown-32257"}, whyDraft},
+	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/dhe.pcap", "192.168.18.50:62277", "group", "dhe1024", "-"}, whyZeekDHE},
+	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/pop3-starttls.pcap", "192.168.4.149:54775", "group", "dhe1024", "-"}, whyZeekDHE},
+	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/tls-expired-cert.pcap", "192.168.4.149:60539", "group", "dhe1024", "-"}, whyZeekDHE},
 	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/tls-fragmented-handshake.pcap.gz", "192.168.6.86:61454", "group", "-", "secp256r1"}, whyOverflow},
 	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/tls13draft16-chrome55.0.2879.0-canary.pcap", "192.168.6.203:53994", "cipher", "-", "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"}, whyDraft},
 	{disagreement{"zeek", "zeek_zeek/testing/btest/Traces/tls/tls13draft16-chrome55.0.2879.0-canary.pcap", "192.168.6.203:53994", "group", "-", "x25519"}, whyDraft},

@@ -454,6 +454,12 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 				} else if ok {
 					r.Group = g.String()
 					r.PQ = g.IsPQ()
+				} else if tlsparse.IsDHECipherSuite(f.shSuite) {
+					// A finite-field group: ffdhe* by its prime, or dhe
+					// and the prime's size.
+					if _, name, ok := tlsparse.ParseServerKeyExchangeDHE(msg); ok {
+						r.Group = name
+					}
 				}
 				s.finish(f, record.OutcomeOK)
 				return
@@ -580,7 +586,6 @@ func (s *Sniffer) explain(f *flow, r *record.Handshake) {
 	case r.Resumed:
 		r.GroupMissing = record.GroupMissingResumed
 	case tlsparse.IsECDHECipherSuite(f.shSuite) || tlsparse.IsDHECipherSuite(f.shSuite):
-		// DHE's ServerKeyExchange carries a prime, not a group name.
 		r.GroupMissing = record.GroupMissingUnknown
 		if !f.skeSeen {
 			s.errs[errSKEMissing]++

@@ -145,10 +145,14 @@ func craftSKEx25519() []byte {
 
 func craftSKEDHE() []byte {
 	var b cryptobyte.Builder
-	for _, n := range []int{256, 1, 256} {
+	// A 2048-bit prime of the server's own (not RFC 7919's), g = 2.
+	for i, n := range []int{256, 1, 256} {
 		b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
 			v := make([]byte, n)
 			v[0] = 2
+			if i == 0 {
+				v[0] = 0xff
+			}
 			b.AddBytes(v)
 		})
 	}
@@ -260,9 +264,9 @@ func resumptionCases() []rcase {
 		crafted("TLS 1.2 ECDHE, reset after the ServerHello: group unknown, ServerKeyExchange counted missing",
 			craftCH(nil, nil, suites12), hsRecord(craftSH(otherSID, ecdheRSA)), true,
 			"TLS1.2", ecdheRSA, "", missing(record.GroupMissingUnknown), skeMissing),
-		crafted("TLS 1.2 DHE: the ServerKeyExchange names no group",
+		crafted("TLS 1.2 DHE: the group is named by the ServerKeyExchange's prime (dhe and its size)",
 			craftCH(nil, nil, suites12), full(otherSID, dheRSA, craftSKEDHE()), false,
-			"TLS1.2", dheRSA, "", missing(record.GroupMissingUnknown), nil),
+			"TLS1.2", dheRSA, "dhe2048", nil, nil),
 		crafted("TLS 1.2 RSA key transport, ServerHelloDone",
 			craftCH(nil, nil, suites12), cat(hsRecord(craftSH(otherSID, 0x009c)), hsRecord(craftCert()), hsRecord(shd)), false,
 			"TLS1.2", 0x009c, "", missing(record.GroupMissingNoKeyExchange), nil),

@@ -80,6 +80,10 @@ func FuzzParseServerKeyExchange(f *testing.F) {
 		if (err != nil || !ok) && g != 0 {
 			t.Fatalf("group %v with ok=%v err=%v", g, ok, err)
 		}
+		dg, name, dok := ParseServerKeyExchangeDHE(msg)
+		if dok && ok || dok != (name != "") || dg != 0 && name != dg.String() {
+			t.Fatalf("DHE %v %q %v, ECDHE %v %v", dg, name, dok, g, ok)
+		}
 	})
 }
 
