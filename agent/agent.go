@@ -54,6 +54,11 @@ type Config struct {
 	BlockTimeout time.Duration
 
 	Sniffer sniffer.Config // bounds for each worker's sniffer (OnRecord is set by the agent)
+	// BufferBudget, when above 0, is the memory budget in bytes for TCP
+	// reassembly and QUIC CRYPTO buffers across all workers, shared equally
+	// (at least MinWorkerBudget each); it overrides Sniffer.MaxBufferedBytes.
+	// 0: each worker's default (sniffer.Config.MaxBufferedBytes).
+	BufferBudget int64
 
 	MetricsAddr string // "" = no HTTP server
 	// Listener, when set, is used instead of MetricsAddr (tests, demo).
@@ -121,6 +126,10 @@ type Config struct {
 // record the agent finished more than a second ago is on disk when it is
 // killed.
 const DefaultJSONLFlush = 500 * time.Millisecond
+
+// MinWorkerBudget is the least Config.BufferBudget gives one worker: room
+// for a few hybrid ClientHellos in reassembly.
+const MinWorkerBudget = 256 << 10
 
 // Agent is a running pqwatch daemon.
 type Agent struct {
@@ -243,6 +252,9 @@ func New(cfg Config) (a *Agent, err error) {
 		sc := cfg.Sniffer
 		sc.Ports = nil // the kernel filter already narrowed
 		sc.OnRecord = onRecord
+		if cfg.BufferBudget > 0 {
+			sc.MaxBufferedBytes = int(max(cfg.BufferBudget/int64(n), MinWorkerBudget))
+		}
 		w.sn = sniffer.New(sc)
 		a.workers = append(a.workers, w)
 	}
@@ -388,7 +400,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}()
 
-	a.log.Info("capture starting", "interfaces", a.cfg.Ifaces, "workers", len(a.workers))
+	budget, from := 0, "default: a quarter of the memory limit per worker, at most 64 MiB each"
+	if a.cfg.BufferBudget > 0 {
+		from = "-buffer-budget"
+	}
+	for _, w := range a.workers {
+		budget += w.sn.Budget()
+	}
+	a.log.Info("capture starting", "interfaces", a.cfg.Ifaces, "workers", len(a.workers),
+		"buffer_budget_bytes", budget, "buffer_budget_from", from)
 	capErr := a.capt.Run(ctx, a.packet)
 
 	// Drain: capture has stopped; flush flows, then logs, then sinks.
@@ -491,6 +511,8 @@ func (a *Agent) captureStats() exporter.CaptureStats {
 		out.FlowsEvicted += st.FlowsEvicted // the cap at work; idle expiry is normal
 		out.FlowsActive += st.FlowsActive
 		out.QUICConnsActive += int(st.QUIC["conns"])
+		out.BufferedBytes += st.BufferedBytes
+		out.BufferBudget += w.sn.Budget()
 	}
 	return out
 }
@@ -608,6 +630,11 @@ func (a *Agent) returnMemory() {
 	flood := a.peakFlows >= floodFlows || a.peakBuffered >= floodBuffered
 	if flood && flows*2 <= a.peakFlows && buffered*2 <= a.peakBuffered && time.Since(a.lastReturn) >= returnMinPeriod {
 		a.lastReturn = time.Now()
+		for _, w := range a.workers {
+			w.mu.Lock()
+			w.sn.Shrink()
+			w.mu.Unlock()
+		}
 		debug.FreeOSMemory()
 		a.log.Debug("flood over: memory returned", "peak_flows", a.peakFlows, "peak_buffered_bytes", a.peakBuffered)
 		a.peakFlows, a.peakBuffered = flows, buffered

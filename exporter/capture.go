@@ -26,6 +26,8 @@ type CaptureStats struct {
 	FlowsEvicted    uint64 // flow-table entries evicted because the table was full (idle expiry is not counted)
 	FlowsActive     int    // flow-table entries now
 	QUICConnsActive int    // tracked QUIC connections now
+	BufferedBytes   int    // bytes of TCP reassembly and QUIC CRYPTO buffers held now
+	BufferBudget    int    // the budget BufferedBytes is kept within
 }
 
 var (
@@ -39,6 +41,10 @@ var (
 		"Flow-table entries currently tracked.", nil, nil)
 	descQUICConnsActive = prometheus.NewDesc(namespace+"_quic_conns_active",
 		"QUIC connections currently tracked.", nil, nil)
+	descBufferedBytes = prometheus.NewDesc(namespace+"_buffered_bytes",
+		"Bytes of TCP reassembly and QUIC CRYPTO buffers held now (unfinished handshakes), kept within pqwatch_buffer_budget_bytes by evicting the oldest unfinished flow.", nil, nil)
+	descBufferBudget = prometheus.NewDesc(namespace+"_buffer_budget_bytes",
+		"The memory budget for TCP reassembly and QUIC CRYPTO buffers, over all capture workers (-buffer-budget, or a quarter of the memory limit).", nil, nil)
 )
 
 // captureCollector mirrors the capture's own counters as const metrics.
@@ -49,7 +55,8 @@ type captureCollector struct {
 // NewCaptureCollector returns a Collector that calls stats at every scrape
 // and exports pqwatch_capture_packets_total{iface},
 // pqwatch_capture_drops_total{iface}, pqwatch_flows_evicted_total,
-// pqwatch_flows_active and pqwatch_quic_conns_active. stats must be safe to
+// pqwatch_flows_active, pqwatch_quic_conns_active, pqwatch_buffered_bytes and
+// pqwatch_buffer_budget_bytes. stats must be safe to
 // call concurrently with the capture.
 func NewCaptureCollector(stats func() CaptureStats) prometheus.Collector {
 	return &captureCollector{stats: stats}
@@ -62,6 +69,8 @@ func (c *captureCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descFlowsEvicted
 	ch <- descFlowsActive
 	ch <- descQUICConnsActive
+	ch <- descBufferedBytes
+	ch <- descBufferBudget
 }
 
 // Collect implements prometheus.Collector.
@@ -85,4 +94,6 @@ func (c *captureCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFlowsEvicted, prometheus.CounterValue, float64(s.FlowsEvicted))
 	ch <- prometheus.MustNewConstMetric(descFlowsActive, prometheus.GaugeValue, float64(s.FlowsActive))
 	ch <- prometheus.MustNewConstMetric(descQUICConnsActive, prometheus.GaugeValue, float64(s.QUICConnsActive))
+	ch <- prometheus.MustNewConstMetric(descBufferedBytes, prometheus.GaugeValue, float64(s.BufferedBytes))
+	ch <- prometheus.MustNewConstMetric(descBufferBudget, prometheus.GaugeValue, float64(s.BufferBudget))
 }

@@ -333,10 +333,16 @@ func TestMetricsWriteAllocs(t *testing.T) {
 func TestCaptureCollector(t *testing.T) {
 	stats := CaptureStats{
 		Interfaces:   map[string]IfaceStats{"eth0": {Packets: 100, Drops: 2}, "veth1": {Packets: 7}},
-		FlowsEvicted: 3, FlowsActive: 12, QUICConnsActive: 4,
+		FlowsEvicted: 3, FlowsActive: 12, QUICConnsActive: 4, BufferedBytes: 5000, BufferBudget: 64 << 20,
 	}
 	c := NewCaptureCollector(func() CaptureStats { return stats })
 	const want = `
+# HELP pqwatch_buffer_budget_bytes The memory budget for TCP reassembly and QUIC CRYPTO buffers, over all capture workers (-buffer-budget, or a quarter of the memory limit).
+# TYPE pqwatch_buffer_budget_bytes gauge
+pqwatch_buffer_budget_bytes 6.7108864e+07
+# HELP pqwatch_buffered_bytes Bytes of TCP reassembly and QUIC CRYPTO buffers held now (unfinished handshakes), kept within pqwatch_buffer_budget_bytes by evicting the oldest unfinished flow.
+# TYPE pqwatch_buffered_bytes gauge
+pqwatch_buffered_bytes 5000
 # HELP pqwatch_capture_drops_total Packets dropped by the kernel before the capture read them, by interface.
 # TYPE pqwatch_capture_drops_total counter
 pqwatch_capture_drops_total{iface="eth0"} 2

@@ -114,6 +114,12 @@ func TestMemoryReturned(t *testing.T) {
 		s.Packet(p.ts, sniffer.LinkEthernet, p.data)
 	}
 	peak = s.Stats().BufferedBytes
+	// Shrink keeps every live flow and its buffers.
+	f0, b0 := s.Held()
+	s.Shrink()
+	if f, b := s.Held(); f != f0 || b != b0 {
+		t.Errorf("Shrink during the flood: %d flows %d bytes, was %d flows %d bytes", f, b, f0, b0)
+	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	during := ms.HeapAlloc
@@ -134,6 +140,16 @@ func TestMemoryReturned(t *testing.T) {
 	}
 	if grown := int64(after) - int64(before); grown > int64(peak)/5 {
 		t.Errorf("heap grew %d bytes after the flood ended (peak buffers %d): memory kept", grown, peak)
+	}
+	// Shrink (the agent's call once a flood is over) gives up the pools
+	// and the tables' peak buckets too; the sniffer works on after it.
+	s.Shrink()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	shrunk := ms.HeapAlloc
+	t.Logf("heap after Shrink %d (%d before the flood)", shrunk, before)
+	if grown := int64(shrunk) - int64(before); grown > 1<<20 {
+		t.Errorf("heap grew %d bytes after Shrink: memory kept", grown)
 	}
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(pkts)

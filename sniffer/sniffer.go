@@ -303,6 +303,27 @@ func (s *Sniffer) emit(r *record.Handshake) {
 	}
 }
 
+// Budget is the sniffer's memory budget in bytes (Config.MaxBufferedBytes
+// after defaults).
+func (s *Sniffer) Budget() int { return s.cfg.MaxBufferedBytes }
+
+// Shrink gives up memory a flood left behind once its flows are gone: the
+// pool of freed buffers and freed flows, and the flow and QUIC tables'
+// buckets (a Go map keeps its peak size when entries are deleted), rebuilt
+// at the size they hold now. It costs one pass over the tables; the agent
+// calls it, at most every 30 s, when a flood is over.
+func (s *Sniffer) Shrink() {
+	s.pool = bufPool{}
+	clear(s.free)
+	s.free = s.free[:0:0]
+	m := make(map[flowKey]*flow, max(len(s.flows), 4096))
+	for k, f := range s.flows {
+		m[k] = f
+	}
+	s.flows = m
+	s.quic.Shrink()
+}
+
 // Held is what the sniffer holds now: TCP flows in its table and the
 // bytes of its buffers (TCP and QUIC); cheap, unlike Stats.
 func (s *Sniffer) Held() (flows, bufferedBytes int) {

@@ -112,9 +112,33 @@ func TestRunRejectsBadCaptureFlags(t *testing.T) {
 	for name, args := range map[string][]string{
 		"101 ports":     {"run", "-ports", strings.Join(many, ",")},
 		"block timeout": {"run", "-block-timeout", "2m"},
+		"tiny budget":   {"run", "-buffer-budget", "64KiB"},
+		"bad budget":    {"run", "-buffer-budget", "lots"},
 	} {
 		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, args[1]) {
 			t.Errorf("%s: exit %d, stderr %q", name, code, stderr)
+		}
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "65536": 65536, "65536B": 65536, "64KiB": 64 << 10, "64MiB": 64 << 20,
+		"1GiB": 1 << 30, "1kB": 1000, "256MB": 256e6, "2GB": 2e9, " 8 MiB ": 8 << 20,
+	} {
+		if got, err := parseByteSize(in); err != nil || got != want {
+			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "lots", "-1MiB", "1.5GiB", "1TiB", "99999999999GiB", "MiB"} {
+		if got, err := parseByteSize(in); err == nil {
+			t.Errorf("parseByteSize(%q) = %d, want an error", in, got)
+		}
+	}
+	for _, n := range []byteSize{0, 1000, 64 << 10, 64 << 20, 3 << 30} {
+		var back byteSize
+		if err := back.Set(n.String()); err != nil || back != n {
+			t.Errorf("byteSize %d prints %q, which reads back as %d, %v", n, n.String(), back, err)
 		}
 	}
 }

@@ -38,6 +38,7 @@ type runFlags struct {
 	captureAll  bool
 	lineBuf     bool
 	symlinkDirs string
+	budget      byteSize
 }
 
 func (rf *runFlags) register(fs *flag.FlagSet) {
@@ -57,6 +58,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&rf.maxConns, "metrics-max-conns", 64, "cap on open connections to the metrics endpoint; at the cap a new one closes the oldest idle one")
 	fs.StringVar(&rf.symlinkDirs, "log-symlink-dirs", "", "comma-separated `dirs`: a log path that is a symbolic link is followed only when its target lies inside one of them (/ allows all; default: links are refused)")
 	fs.BoolVar(&rf.lineBuf, "line-buffered", false, "with -format jsonl, write every record through at once (default: at once when the output is a pipe or terminal, else within half a second)")
+	fs.Var(&rf.budget, "buffer-budget", "memory `size` for unfinished handshakes (TCP reassembly and QUIC CRYPTO buffers) over all workers, e.g. 64MiB; when full, the oldest unfinished flow is evicted and counted (default: a quarter of the memory limit, GOMEMLIMIT or the cgroup's, at most 64MiB per worker)")
 	fs.BoolVar(&rf.captureAll, "capture-all", false, "keep every frame (default: pure ACKs and TLS application-data segments are dropped in the kernel)")
 }
 
@@ -73,7 +75,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, BlockTimeout: rf.blockTO, StateDir: rf.stateDir,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
-		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
+		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, BufferBudget: int64(rf.budget), PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
 	}
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
@@ -100,6 +102,9 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	}
 	if rf.blockTO != 0 && (rf.blockTO < time.Millisecond || rf.blockTO > time.Minute) {
 		return cfg, nil, fmt.Errorf("-block-timeout %v: must be from 1ms to 1m", rf.blockTO)
+	}
+	if rf.budget != 0 && rf.budget < 1<<20 {
+		return cfg, nil, fmt.Errorf("-buffer-budget %v: at least 1MiB (one hybrid ClientHello in reassembly needs about 2 KB, a flood's eviction needs room)", &rf.budget)
 	}
 	cfg.Ports = ports
 	if len(rf.nginxLogs)+len(rf.nginxLogsAs) > 0 {

@@ -209,6 +209,17 @@ func NewConnTable(cfg Config) *ConnTable {
 	}
 }
 
+// Shrink rebuilds the connection map at the size it holds now (a Go map
+// keeps its peak size when entries are deleted): memory a flood of
+// Initials left behind is given up.
+func (t *ConnTable) Shrink() {
+	m := make(map[flowKey]*conn, len(t.conns))
+	for k, c := range t.conns {
+		m[k] = c
+	}
+	t.conns = m
+}
+
 // Stats returns the counters by reason, plus "conns" (connections tracked
 // now, delivered ones included until they expire).
 func (t *ConnTable) Stats() map[string]uint64 {
