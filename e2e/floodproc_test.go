@@ -118,6 +118,14 @@ func TestForgedFloodAgentProcess(t *testing.T) {
 		t.Errorf("VmRSS %d kB a minute after the flood: more than 20%% (plus the %d kB ring) over %d kB before it", rss2, ring, rss0)
 	}
 
+	// The agent still records a real handshake correctly after the flood.
+	after, err := tlsDial(fmt.Sprintf("127.0.0.1:%d", fl.port))
+	if err != nil {
+		t.Fatalf("handshake after the flood: %v", err)
+	}
+	afterClient, afterState := after.LocalAddr().String(), after.ConnectionState()
+	after.Close()
+	time.Sleep(1500 * time.Millisecond) // a block timeout
 	errs := scrapeCounters(t, metrics, "pqwatch_parse_errors_total", "reason")
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
@@ -128,14 +136,23 @@ func TestForgedFloodAgentProcess(t *testing.T) {
 	// from their own address: leave them out of the forged flood's check.
 	var flood []*record.Handshake
 	halfOutcomes := map[string]int{}
+	afterSeen := 0
 	for _, r := range recs {
 		switch {
 		case r.Client == fl.warmClient:
+		case r.Client == afterClient:
+			afterSeen++
+			if r.Outcome != record.OutcomeOK || r.Version != "TLS1.3" || r.Group != afterState.CurveID.String() {
+				t.Errorf("the handshake after the flood (group %v) recorded as %+v", afterState.CurveID, r)
+			}
 		case strings.HasPrefix(r.Client, halfHelloSrc+":"):
 			halfOutcomes[r.Outcome]++
 		default:
 			flood = append(flood, r)
 		}
+	}
+	if afterSeen != 1 {
+		t.Errorf("the handshake after the flood: %d records, want 1", afterSeen)
 	}
 	// Each half-sent hello is a plausible ClientHello that never
 	// completes: incomplete, or truncated when the budget evicted it.
