@@ -145,6 +145,9 @@ type Agent struct {
 	pipe    *pipeline.Pipeline
 	lines   logparse.LineCounters
 
+	logMu    sync.Mutex
+	logFiles []*logFile // the access logs tailed, for LogResult
+
 	peakFlows, peakBuffered int       // returnMemory's peaks since the last return
 	lastReturn              time.Time // and when it last returned memory
 }

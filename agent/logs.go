@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -38,9 +39,14 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 	access := func(path, how string, lr *logjoin.LineReader) {
 		src := lr.Source()
 		m := matchCheck{path: path, how: how, lr: lr, log: a.log}
+		f := &logFile{lf: logjoin.LogFile{Path: path, Source: src, Format: lr.FormatName(), How: how}}
+		a.logMu.Lock()
+		a.logFiles = append(a.logFiles, f)
+		a.logMu.Unlock()
 		run(path, func(line []byte, _ time.Time) {
 			l, res, why := lr.ReadWhy(line)
 			m.add(line, res, why)
+			f.add(line, res, why)
 			a.accessLine(src, l, res)
 		})
 	}
@@ -133,4 +139,56 @@ func errorSummary(msg []byte) string {
 		msg, cut = msg[:maxErrorMsg], fmt.Sprintf("... (%d bytes more)", len(msg)-maxErrorMsg)
 	}
 	return strconv.Quote(string(msg)) + cut
+}
+
+// logFile counts what the tailer read from one access log (lines since the
+// tail began: the end of the file at start, or the saved offset), as
+// analyze counts a whole file.
+type logFile struct {
+	mu sync.Mutex
+	lf logjoin.LogFile
+	n  int // lines read, empty ones included: FirstBad counts them
+}
+
+func (f *logFile) add(line []byte, res logjoin.LineResult, why error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	if len(line) == 0 {
+		return
+	}
+	f.lf.Lines++
+	if res == logjoin.LineOK {
+		f.lf.Good++
+	} else if f.lf.FirstBad == 0 {
+		f.lf.FirstBad, f.lf.FirstBadText, f.lf.FirstBadErr = f.n, string(line[:min(len(line), 200)]), why
+	}
+}
+
+// LogResult reports the access logs tailed so far as analyze reports the
+// files it read: per log its format and line counts, per source the lines
+// read, those that could not be joined and those no handshake joined, and
+// the join's counters. Call it after Run for the final counts (Run's drain
+// decides every waiting line).
+func (a *Agent) LogResult() logjoin.FileResult {
+	res := logjoin.FileResult{Lines: map[string]int{}, Malformed: map[string]int{}, Unmatched: map[string]int{}}
+	a.logMu.Lock()
+	files := slices.Clone(a.logFiles)
+	a.logMu.Unlock()
+	for _, f := range files {
+		f.mu.Lock()
+		lf := f.lf
+		f.mu.Unlock()
+		res.Logs = append(res.Logs, lf)
+		res.Lines[lf.Source] += lf.Lines
+		res.Malformed[lf.Source] += lf.Lines - lf.Good
+	}
+	if a.joiner != nil {
+		res.Joined = true
+		res.Stats = a.joiner.Stats()
+		for src, ss := range res.Stats.Sources {
+			res.Unmatched[src] += int(ss.Unmatched)
+		}
+	}
+	return res
 }

@@ -101,11 +101,24 @@ func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
 	return res, p.Close(ctx)
 }
 
-// addFileResult puts what the log join found into the summary.
+// addFileResult puts what the log join found into the summary, and says
+// on stderr which files could not be read or match badly.
 func addFileResult(sum *report.Summary, fr logjoin.FileResult, stderr io.Writer) {
 	for _, err := range fr.ReadErrors {
-		sum.Errors["log_read_error"]++
 		fmt.Fprintf(stderr, "pqwatch: %v\n", err)
+	}
+	for _, l := range fr.Logs {
+		warnLogMatch(stderr, l)
+	}
+	AddLogResult(sum, fr)
+}
+
+// AddLogResult puts what a log join found into the summary: log_lines,
+// log_unmatched, logs, joins and log_read_error. analyze and run fill the
+// same fields.
+func AddLogResult(sum *report.Summary, fr logjoin.FileResult) {
+	if len(fr.ReadErrors) > 0 {
+		sum.Errors["log_read_error"] += uint64(len(fr.ReadErrors))
 	}
 	for src, n := range fr.Lines {
 		sum.LogLines[src] += n
@@ -117,7 +130,6 @@ func addFileResult(sum *report.Summary, fr logjoin.FileResult, stderr io.Writer)
 			lf.BadReason = l.FirstBadErr.Error()
 		}
 		sum.Logs = append(sum.Logs, lf)
-		warnLogMatch(stderr, l)
 	}
 	if !fr.Joined {
 		return

@@ -194,6 +194,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			st := a.SnifferStats()
 			sum.Packets = st.Packets
 			pipeline.AddSnifferErrors(sum.Errors, st)
+			if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
+				pipeline.AddLogResult(sum, a.LogResult())
+			}
 			sum.Finish()
 			err = sum.Render(out, rf.format)
 			if cerr := c(); err == nil {
