@@ -60,6 +60,31 @@ type SASLConfig struct {
 	Password  string
 }
 
+// mechanism is s as kafka-go's SASL mechanism; nil for a nil s.
+func (s *SASLConfig) mechanism() (sasl.Mechanism, error) {
+	if s == nil {
+		return nil, nil
+	}
+	var (
+		mech sasl.Mechanism
+		err  error
+	)
+	switch s.Mechanism {
+	case "plain":
+		mech = plain.Mechanism{Username: s.Username, Password: s.Password}
+	case "scram-sha-256":
+		mech, err = scram.Mechanism(scram.SHA256, s.Username, s.Password)
+	case "scram-sha-512":
+		mech, err = scram.Mechanism(scram.SHA512, s.Username, s.Password)
+	default:
+		return nil, fmt.Errorf("%w: kafka sasl mechanism %q", ErrConfig, s.Mechanism)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: kafka sasl: %w", ErrConfig, err)
+	}
+	return mech, nil
+}
+
 // KafkaConfig configures the Kafka sink. Zero values take the defaults noted.
 type KafkaConfig struct {
 	Brokers  []string // host:port, required
@@ -256,22 +281,9 @@ func NewKafka(cfg KafkaConfig) (*Kafka, error) {
 	default:
 		return nil, fmt.Errorf("%w: kafka compression %q", ErrConfig, cfg.Compression)
 	}
-	var mech sasl.Mechanism
-	if s := cfg.SASL; s != nil {
-		var err error
-		switch s.Mechanism {
-		case "plain":
-			mech = plain.Mechanism{Username: s.Username, Password: s.Password}
-		case "scram-sha-256":
-			mech, err = scram.Mechanism(scram.SHA256, s.Username, s.Password)
-		case "scram-sha-512":
-			mech, err = scram.Mechanism(scram.SHA512, s.Username, s.Password)
-		default:
-			return nil, fmt.Errorf("%w: kafka sasl mechanism %q", ErrConfig, s.Mechanism)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: kafka sasl: %w", ErrConfig, err)
-		}
+	mech, err := cfg.SASL.mechanism()
+	if err != nil {
+		return nil, err
 	}
 
 	var sp *spool

@@ -129,9 +129,9 @@ type tailAcc struct {
 	reasons map[string]int
 }
 
-func (t *tailAcc) add(reason string) {
-	t.n++
-	t.reasons[reason]++
+func (t *tailAcc) add(reason string, n int) {
+	t.n += n
+	t.reasons[reason] += n
 }
 
 // NewForecast returns an empty forecast for policy p.
@@ -147,15 +147,6 @@ func NewForecast(p forecast.Policy) *Forecast {
 		lost:             map[tailKey]*tailAcc{},
 		ua:               map[tailKey]*tailAcc{},
 	}
-}
-
-// ja4Key is r's row in a JA4 table.
-func ja4Key(r *record.Handshake) tailKey {
-	k := tailKey{key: r.JA4, pqOffered: r.PQOffered, pqShare: PQKeyShare(r)}
-	if k.key == "" {
-		k.key = "none"
-	}
-	return k
 }
 
 // PQKeyShare reports whether r's ClientHello carried a key share for a PQ
@@ -176,13 +167,13 @@ func PQKeyShare(r *record.Handshake) bool {
 	return false
 }
 
-// count adds one record with reason to row k of m; past MaxJA4 rows a new
+// count adds n records with reason to row k of m; past MaxJA4 rows a new
 // key is counted under "other" (its flags kept) and in *evicted.
-func count(m map[tailKey]*tailAcc, k tailKey, reason string, evicted *int) {
+func count(m map[tailKey]*tailAcc, k tailKey, reason string, n int, evicted *int) {
 	acc := m[k]
 	if acc == nil {
 		if len(m) >= MaxJA4 {
-			*evicted++
+			*evicted += n
 			k.key = "other"
 			acc = m[k]
 		}
@@ -191,63 +182,97 @@ func count(m map[tailKey]*tailAcc, k tailKey, reason string, evicted *int) {
 			m[k] = acc
 		}
 	}
-	acc.add(reason)
+	acc.add(reason, n)
 }
 
 // Add predicts and counts one record.
 func (rep *Forecast) Add(r *record.Handshake) forecast.Outcome {
 	o := forecast.Predict(rep.policy, r)
-	rep.Handshakes++
+	rep.add(r, o, recordWeight(r, o))
+	return o
+}
+
+// weight is what one add counts: N handshakes that share r's fields and
+// so its prediction, with the sums of their byte-model figures (Growth:
+// ServerHelloGrowth, HRRBytes), their ClientHello segment counts and the
+// key of their row in the JA4 tables.
+type weight struct {
+	N                       int
+	Growth, HRRBytes        int64
+	WireKnown, MultiSegment int
+	TailKey                 string
+}
+
+// recordWeight is the weight of the single record r predicted as o.
+func recordWeight(r *record.Handshake, o forecast.Outcome) weight {
+	w := weight{N: 1, Growth: int64(o.ServerHelloGrowth), HRRBytes: int64(o.HRRBytes), TailKey: r.JA4}
+	if r.ClientHelloWireSegments > 0 {
+		w.WireKnown = 1
+		if r.ClientHelloWireSegments > 1 {
+			w.MultiSegment = 1
+		}
+	}
+	if w.TailKey == "" {
+		w.TailKey = "none"
+	}
+	return w
+}
+
+// add counts w.N handshakes like r, each predicted as o.
+func (rep *Forecast) add(r *record.Handshake, o forecast.Outcome, w weight) {
+	n := w.N
+	rep.Handshakes += n
 	if r.Outcome == record.OutcomeOK {
 		if r.PQ {
-			rep.ObservedPQ++
+			rep.ObservedPQ += n
 		}
 		if r.HRR {
-			rep.ObservedHRR++
+			rep.ObservedHRR += n
 		}
 	}
 	if o.Kind == forecast.Unknown {
-		rep.Unknown++
-		return o
+		rep.Unknown += n
+		return
 	}
-	rep.Predicted++
+	rep.Predicted += n
 	if o.Group != 0 {
-		rep.Groups[tlsparse.Group(o.Group).String()]++
+		rep.Groups[tlsparse.Group(o.Group).String()] += n
 	} else if o.Kind == forecast.Classical || o.Kind == forecast.LosesPQ {
-		rep.Groups["none"]++
+		rep.Groups["none"] += n
 	}
 	if o.HRR {
-		rep.HRR++
+		rep.HRR += n
 		if o.HRRBytes > 0 {
-			rep.NewHRR++
-			rep.hrrBytes += int64(o.HRRBytes)
+			rep.NewHRR += n
+			rep.hrrBytes += w.HRRBytes
 		}
 	}
+	tk := tailKey{key: w.TailKey, pqOffered: r.PQOffered, pqShare: PQKeyShare(r)}
 	switch o.Kind {
 	case forecast.PQ:
-		rep.PQ++
+		rep.PQ += n
 	case forecast.HRR:
 		if tlsparse.Group(o.Group).IsPQ() {
-			rep.HRRPQ++
+			rep.HRRPQ += n
 		}
 	case forecast.Classical:
-		rep.Classical++
+		rep.Classical += n
 	case forecast.LosesPQ:
-		rep.LosesPQ++
+		rep.LosesPQ += n
 		if o.HRR {
-			rep.LosesPQHRR++
+			rep.LosesPQHRR += n
 		}
 		lost := tlsparse.Group(o.Lost).String()
 		if o.Lost == 0 {
 			lost = r.Group
 		}
-		rep.LosesPQGroups[lost]++
-		rep.LosesPQReasons[o.Reason]++
-		k := ja4Key(r)
+		rep.LosesPQGroups[lost] += n
+		rep.LosesPQReasons[o.Reason] += n
+		k := tk
 		k.lost, k.group = o.Lost, o.Group
-		count(rep.lost, k, o.Reason, &rep.LosesPQEvicted)
+		count(rep.lost, k, o.Reason, n, &rep.LosesPQEvicted)
 	case forecast.Fail:
-		rep.Fail++
+		rep.Fail += n
 	}
 	if o.Kind == forecast.Classical || o.Kind == forecast.HRR && !tlsparse.Group(o.Group).IsPQ() {
 		// Why it stays classical; for an HRR to a classical group the
@@ -256,26 +281,25 @@ func (rep *Forecast) Add(r *record.Handshake) forecast.Outcome {
 		if o.Kind == forecast.HRR {
 			reason = forecast.ClassicalReason(&rep.policy, r)
 		}
-		rep.ClassicalReasons[reason]++
-		count(rep.ja4, ja4Key(r), reason, &rep.TailEvicted)
+		rep.ClassicalReasons[reason] += n
+		count(rep.ja4, tk, reason, n, &rep.TailEvicted)
 		if r.Log != nil {
 			var none int // at most a dozen families: never evicted
-			count(rep.ua, tailKey{key: UAFamily(r.Log.UserAgent)}, reason, &none)
+			count(rep.ua, tailKey{key: UAFamily(r.Log.UserAgent)}, reason, n, &none)
 		}
 	}
 	if o.Modeled {
-		rep.Modeled++
-		rep.TotalServerHelloGrowth += int64(o.ServerHelloGrowth)
+		rep.Modeled += n
+		rep.TotalServerHelloGrowth += w.Growth
 		switch {
 		case tlsparse.Group(o.Group).IsPQ():
-			rep.pqGrowth += int64(o.ServerHelloGrowth)
-			rep.nPQBytes++
+			rep.pqGrowth += w.Growth
+			rep.nPQBytes += n
 		case o.Kind == forecast.LosesPQ:
-			rep.lossGrowth += int64(o.ServerHelloGrowth)
-			rep.nLossBytes++
+			rep.lossGrowth += w.Growth
+			rep.nLossBytes += n
 		}
 	}
-	return o
 }
 
 // Finish computes shares, means and the sorted tails.

@@ -155,6 +155,8 @@ type Plan struct {
 	RowsOverflow int `json:"rows_overflow,omitempty"`
 	// Malformed counts input lines that were not a record (the caller's).
 	Malformed int `json:"malformed_lines"`
+	// Rollups is set when the plan read rollup rows (AddRollup).
+	Rollups *RollupStats `json:"rollups,omitempty"`
 
 	WindowStart   time.Time `json:"window_start"`
 	WindowEnd     time.Time `json:"window_end"`
@@ -311,11 +313,12 @@ func (pl *Plan) Add(r *record.Handshake) {
 	if len(pl.Costs) > 0 {
 		cost = planRecordCost(pl.table(r.Server), r, o)
 	}
+	w := recordWeight(r, o)
 	for _, f := range scopes {
-		f.add(r, o, cost)
+		f.add(r, o, cost, w)
 	}
 	if stayClassical(o) {
-		count(pl.families, tailKey{key: Family(r)}, classicalReason(&pl.policy, r, o), &pl.FamiliesOverflow)
+		count(pl.families, tailKey{key: Family(r)}, classicalReason(&pl.policy, r, o), 1, &pl.FamiliesOverflow)
 	}
 }
 
@@ -396,47 +399,44 @@ func planRecordCost(t *CostTable, r *record.Handshake, o forecast.Outcome) recor
 	return c
 }
 
-func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost) {
-	f.Handshakes++
+// add counts w.N handshakes like r, each predicted as o and costing c.
+func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost, w weight) {
+	n := w.N
+	f.Handshakes += n
 	if r.HRR {
-		f.HRR++
+		f.HRR += n
 	}
 	if r.Outcome == record.OutcomeOK {
-		f.Completed++
+		f.Completed += n
 		if r.PQ {
-			f.PQ++
+			f.PQ += n
 		}
 	} else {
-		f.Failed++
+		f.Failed += n
 		reason := r.Outcome
 		if r.Alert != "" {
 			reason += ":" + r.Alert
 		}
-		f.Failures[reason]++
+		f.Failures[reason] += n
 	}
-	f.Forecast.Add(r) // predicts again: Predict allocates nothing
-	if r.ClientHelloWireSegments > 0 {
-		pq := tlsparse.Group(o.Group).IsPQ() && (o.Kind == forecast.PQ || o.Kind == forecast.HRR)
-		f.WireKnown++
-		if pq {
-			f.WireKnownPQ++
-		}
-		if r.ClientHelloWireSegments > 1 {
-			f.MultiSegment++
-			if pq {
-				f.MultiSegmentPQ++
-			}
-		}
+	f.Forecast.add(r, o, w)
+	pq := tlsparse.Group(o.Group).IsPQ() && (o.Kind == forecast.PQ || o.Kind == forecast.HRR)
+	f.WireKnown += w.WireKnown
+	f.MultiSegment += w.MultiSegment
+	if pq {
+		f.WireKnownPQ += w.WireKnown
+		f.MultiSegmentPQ += w.MultiSegment
 	}
 	if f.Cost != nil {
 		if c.why != "" {
-			f.Cost.Uncosted[c.why]++
+			f.Cost.Uncosted[c.why] += n
 		} else {
-			f.Cost.Costed++
-			f.todayUs += c.today
-			f.extraUs += c.extra
-			f.lowUs += c.low
-			f.highUs += c.high
+			nf := float64(n)
+			f.Cost.Costed += n
+			f.todayUs += nf * c.today
+			f.extraUs += nf * c.extra
+			f.lowUs += nf * c.low
+			f.highUs += nf * c.high
 		}
 	}
 }
@@ -572,6 +572,13 @@ func (pl *Plan) WriteText(w io.Writer) error {
 	}
 	if pl.IDsUnchecked > 0 {
 		fmt.Fprintf(&b, "  %d records past the id cap were not checked for duplicates\n", pl.IDsUnchecked)
+	}
+	if st := pl.Rollups; st != nil {
+		fmt.Fprintf(&b, "rollup rows %d read, %d duplicates dropped (by node, server and window); %d handshakes with a folded offer (forecast unknown)", st.Rows, st.Duplicates, st.OtherOffer)
+		if st.Unplanned > 0 {
+			fmt.Fprintf(&b, "; %d handshakes not planned (%d rows without offer classes)", st.Unplanned, st.WithoutClasses)
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "window %s to %s (%.3f s)\n", pl.WindowStart.UTC().Format(time.RFC3339Nano), pl.WindowEnd.UTC().Format(time.RFC3339Nano), pl.WindowSeconds)
 	for _, c := range pl.Costs {

@@ -64,6 +64,7 @@ type RollupGroup struct {
 type RollupRow struct {
 	Start            time.Time              `json:"start"`
 	End              time.Time              `json:"end"`
+	Node             string                 `json:"node,omitempty"`
 	Server           string                 `json:"server"`
 	Handshakes       int                    `json:"handshakes"`
 	Completed        int                    `json:"completed"`
@@ -74,6 +75,13 @@ type RollupRow struct {
 	ClientHelloBytes *Percentiles           `json:"client_hello_bytes,omitempty"`
 	ServerHelloBytes *Percentiles           `json:"server_hello_bytes,omitempty"`
 	Groups           map[string]RollupGroup `json:"groups,omitempty"`
+	// OfferClasses are the row's handshakes by ClientHello offer class and
+	// today's outcome (see OfferClass): what a plan's forecast needs. At
+	// most RollupMaxClasses distinct classes; past it a handshake's offer
+	// is folded into an Other class (its outcome kept) and counted in
+	// OfferClassesOther.
+	OfferClasses      []OfferClass `json:"offer_classes,omitempty"`
+	OfferClassesOther int          `json:"offer_classes_other,omitempty"`
 }
 
 type sizeHist struct {
@@ -124,7 +132,12 @@ type rollupAgg struct {
 	handshakes, completed, pq, pqOffered, hrr int
 	ch, sh                                    sizeHist
 	groups                                    map[string]*rollupGroupAgg
+	classes                                   map[string]*OfferClass
+	classesOther                              int
 }
+
+// rollupKey is a rollup row's identity in a window.
+type rollupKey struct{ node, server string }
 
 // Rollup aggregates records per server and group over a window. The number
 // of servers is capped; group names are reduced to the bounded label set of
@@ -133,29 +146,30 @@ type Rollup struct {
 	mu         sync.Mutex
 	maxServers int
 	start      time.Time
-	servers    map[string]*rollupAgg
+	servers    map[rollupKey]*rollupAgg
+	keyBuf     []byte
 }
 
 // NewRollup returns a Rollup whose window starts at start and which keeps at
 // most maxServers servers (the rest are folded into RollupOtherServer).
 func NewRollup(start time.Time, maxServers int) *Rollup {
-	return &Rollup{maxServers: max(maxServers, 1), start: start, servers: map[string]*rollupAgg{}}
+	return &Rollup{maxServers: max(maxServers, 1), start: start, servers: map[rollupKey]*rollupAgg{}}
 }
 
 // Write implements record.Sink.
 func (r *Rollup) Write(h *record.Handshake) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := r.servers[h.Server]
+	key := rollupKey{h.Node, h.Server}
+	a := r.servers[key]
 	if a == nil {
-		server := h.Server
 		if len(r.servers) >= r.maxServers {
-			server = RollupOtherServer
-			a = r.servers[server]
+			key.server = RollupOtherServer
+			a = r.servers[key]
 		}
 		if a == nil {
-			a = &rollupAgg{groups: map[string]*rollupGroupAgg{}}
-			r.servers[server] = a
+			a = &rollupAgg{groups: map[string]*rollupGroupAgg{}, classes: map[string]*OfferClass{}}
+			r.servers[key] = a
 		}
 	}
 	a.handshakes++
@@ -182,6 +196,7 @@ func (r *Rollup) Write(h *record.Handshake) error {
 	ga.handshakes++
 	ga.ch.add(h.ClientHelloBytes)
 	ga.sh.add(h.ServerHelloBytes)
+	r.keyBuf = a.addClass(h, r.keyBuf)
 	return nil
 }
 
@@ -190,13 +205,13 @@ func (r *Rollup) Write(h *record.Handshake) error {
 func (r *Rollup) Flush(end time.Time) []RollupRow {
 	r.mu.Lock()
 	servers, start := r.servers, r.start
-	r.servers, r.start = map[string]*rollupAgg{}, end
+	r.servers, r.start = map[rollupKey]*rollupAgg{}, end
 	r.mu.Unlock()
 
 	rows := make([]RollupRow, 0, len(servers))
-	for server, a := range servers {
+	for key, a := range servers {
 		row := RollupRow{
-			Start: start.UTC(), End: end.UTC(), Server: server,
+			Start: start.UTC(), End: end.UTC(), Node: key.node, Server: key.server,
 			Handshakes: a.handshakes, Completed: a.completed, PQ: a.pq,
 			PQOffered: a.pqOffered, HRR: a.hrr,
 			ClientHelloBytes: a.ch.percentiles(), ServerHelloBytes: a.sh.percentiles(),
@@ -211,8 +226,14 @@ func (r *Rollup) Flush(end time.Time) []RollupRow {
 				ClientHelloBytes: g.ch.percentiles(), ServerHelloBytes: g.sh.percentiles(),
 			}
 		}
+		row.OfferClasses, row.OfferClassesOther = a.offerClasses(), a.classesOther
 		rows = append(rows, row)
 	}
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Server < rows[j].Server })
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Node != rows[j].Node {
+			return rows[i].Node < rows[j].Node
+		}
+		return rows[i].Server < rows[j].Server
+	})
 	return rows
 }

@@ -43,7 +43,7 @@ import (
 const repoRoot = "../.."
 
 // commands are the commands whose flags docs name.
-var commands = []string{"analyze", "run", "loadgen", "demo"}
+var commands = []string{"analyze", "run", "loadgen", "demo", "plan"}
 
 // foreignFlags are flags in loose backticks that belong to another tool,
 // not to pqwatch.

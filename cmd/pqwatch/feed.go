@@ -55,6 +55,11 @@ func (kf *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&kf.compression, "kafka-compression", "snappy", "Kafka compression: none, gzip, snappy, lz4 or zstd")
 	fs.StringVar(&kf.spoolDir, "kafka-spool-dir", "", "`dir` for the Kafka disk spool: records not acknowledged within about a second, and what the memory buffer cannot hold, so that a restart delivers them (empty: memory only)")
 	fs.BoolVar(&kf.createTopic, "kafka-create-topic", true, "ask the brokers to create a missing topic (their auto.create.topics.enable and ACLs decide; false: a missing topic is an error at start)")
+	kf.registerAuth(fs)
+}
+
+// registerAuth registers the TLS and SASL flags (run's and plan's).
+func (kf *kafkaFlags) registerAuth(fs *flag.FlagSet) {
 	fs.BoolVar(&kf.tls, "kafka-tls", false, "connect to the brokers with TLS, verified against the system's CAs (implied by the other -kafka-tls-* flags)")
 	fs.StringVar(&kf.tlsCA, "kafka-tls-ca-file", "", "PEM `file` of the CAs that sign the brokers' certificates (default: the system's)")
 	fs.StringVar(&kf.tlsCert, "kafka-tls-cert-file", "", "PEM `file` of the client certificate, for brokers that require one (with -kafka-tls-key-file)")
@@ -72,14 +77,8 @@ func (kf *kafkaFlags) config(getenv func(string) string, logger *slog.Logger) (*
 	if strings.TrimSpace(kf.brokers) == "" {
 		return nil, nil
 	}
-	var brokers []string
-	for b := range strings.SplitSeq(kf.brokers, ",") {
-		if b = strings.TrimSpace(b); b != "" {
-			brokers = append(brokers, b)
-		}
-	}
 	cfg := &exporter.KafkaConfig{
-		Brokers: brokers, Topic: kf.topic, RollupTopic: kf.rollupTopic,
+		Brokers: kf.brokerList(), Topic: kf.topic, RollupTopic: kf.rollupTopic,
 		Key: exporter.KafkaKey(kf.key), Acks: exporter.Acks(kf.acks),
 		Compression: kf.compression, SpoolDir: kf.spoolDir,
 		DisableTopicCreation: !kf.createTopic, StartTimeout: kafkaStartTimeout,
@@ -98,6 +97,17 @@ func (kf *kafkaFlags) config(getenv func(string) string, logger *slog.Logger) (*
 		logger.Warn("kafka: -kafka-tls-insecure-skip-verify: the brokers' certificates are not verified")
 	}
 	return cfg, nil
+}
+
+// brokerList is -kafka-brokers split at commas.
+func (kf *kafkaFlags) brokerList() []string {
+	var brokers []string
+	for b := range strings.SplitSeq(kf.brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			brokers = append(brokers, b)
+		}
+	}
+	return brokers
 }
 
 func (kf *kafkaFlags) tlsConfig() (*tls.Config, error) {

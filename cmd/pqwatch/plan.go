@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/csv"
@@ -12,8 +11,9 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
-	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
@@ -22,17 +22,19 @@ import (
 const maxPlanLine = 4 << 20
 
 func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("plan", "usage: pqwatch plan [flags] FILE...\n\nRead handshake records (JSONL, plain or gzip; - reads stdin) from many nodes and plan what a server policy costs: per node, per server, top SNIs.", stderr)
+	fs := newFlagSet("plan", "usage: pqwatch plan [flags] [FILE...]\n\nRead handshake records or rollup rows (JSONL, plain or gzip; - reads stdin; or -kafka-brokers) from many nodes and plan what a server policy costs: per node, per server, top SNIs.", stderr)
 	var (
 		cf     commonFlags // only -forecast-groups is registered
 		costs  listFlag
 		format string
 		out    string
+		pk     planKafkaFlags
 	)
 	fs.StringVar(&cf.forecast, "forecast-groups", "", "server `groups` in preference order for the plan, as in analyze (default: OpenSSL 3.5's default policy)")
 	fs.Var(&costs, "costs", "loadgen results.json as `[SERVERS=]FILE`: server CPU per handshake by group; SERVERS (address:port, comma-separated) limits it to those servers, else it applies to every server (repeatable)")
 	fs.StringVar(&format, "format", "text", "output `format`: text, json or csv")
 	fs.StringVar(&out, "o", "-", "output `FILE` (- for stdout)")
+	pk.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -42,10 +44,18 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pqwatch plan: -format must be text, json or csv, not %q\n", format)
 		return exitUsage
 	}
-	if fs.NArg() == 0 {
-		fmt.Fprintln(stderr, "pqwatch plan: no record files given")
+	if fs.NArg() == 0 && !pk.enabled() {
+		fmt.Fprintln(stderr, "pqwatch plan: no record files given (and no -kafka-brokers)")
 		fs.Usage()
 		return exitUsage
+	}
+	var feed exporter.FeedReadConfig
+	if pk.enabled() {
+		var err error
+		if feed, err = pk.config(time.Now(), os.Getenv); err != nil {
+			fmt.Fprintln(stderr, "pqwatch plan:", err)
+			return exitUsage
+		}
 	}
 	policy, err := cf.policy()
 	if err != nil {
@@ -62,17 +72,29 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		pc = append(pc, p)
 	}
 	plan := report.NewPlan(policy, pc)
-	failed := 0
+	var kinds planKinds
+	failed, sources := 0, fs.NArg()
 	for _, path := range fs.Args() {
 		if ctx.Err() != nil {
 			break
 		}
-		if err := readPlanRecords(path, os.Stdin, plan); err != nil {
+		if err := readPlanRecords(path, os.Stdin, plan, &kinds); err != nil {
 			fmt.Fprintf(stderr, "pqwatch plan: %s: %v\n", path, err)
 			failed++
 		}
 	}
-	if failed == fs.NArg() {
+	if pk.enabled() {
+		sources++
+		if err := readPlanKafka(ctx, feed, plan, &kinds, stderr); err != nil {
+			fmt.Fprintln(stderr, "pqwatch plan:", err)
+			failed++
+		}
+	}
+	if failed == sources {
+		return exitFailure
+	}
+	if err := kinds.mixed(); err != nil {
+		fmt.Fprintln(stderr, "pqwatch plan:", err)
 		return exitFailure
 	}
 	plan.Finish()
@@ -109,12 +131,19 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pqwatch plan: %d lines were not records (skipped)\n", plan.Malformed)
 	}
 	if failed > 0 {
-		fmt.Fprintf(stderr, "pqwatch plan: incomplete: %d of %d files could not be read (named above); the plan covers the rest\n", failed, fs.NArg())
+		fmt.Fprintf(stderr, "pqwatch plan: incomplete: %d of %d sources could not be read (named above); the plan covers the rest\n", failed, sources)
 		return exitFailure
 	}
 	if plan.Handshakes == 0 {
-		fmt.Fprintf(stderr, "pqwatch plan: %s: no handshake records; plan reads the JSONL records of pqwatch run -format jsonl or analyze -format jsonl\n", strings.Join(fs.Args(), ", "))
+		names := fs.Args()
+		if pk.enabled() {
+			names = append(names, "kafka topic "+feed.Topic)
+		}
+		fmt.Fprintf(stderr, "pqwatch plan: %s: no handshake records; plan reads the JSONL records of pqwatch run -format jsonl or analyze -format jsonl, run's Kafka records or its rollups\n", strings.Join(names, ", "))
 		return exitFailure
+	}
+	if st := plan.Rollups; st != nil && st.Unplanned > 0 {
+		fmt.Fprintf(stderr, "pqwatch plan: warning: %d handshakes of %d rollup rows without offer classes (an older agent) are not in the plan\n", st.Unplanned, st.WithoutClasses)
 	}
 	if plan.IDsUnchecked > 0 {
 		fmt.Fprintf(stderr, "pqwatch plan: warning: %d records past the %d-id cap were not checked for duplicates\n", plan.IDsUnchecked, report.MaxPlanIDs)
@@ -122,10 +151,10 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// readPlanRecords adds every record of the JSONL file path (- : stdin; gzip
-// when it starts with gzip's magic) to plan; a line that is not a record is
-// counted in plan.Malformed.
-func readPlanRecords(path string, stdin io.Reader, plan *report.Plan) error {
+// readPlanRecords adds every record or rollup row of the JSONL file path
+// (- : stdin; gzip when it starts with gzip's magic) to plan; a line that is
+// neither is counted in plan.Malformed.
+func readPlanRecords(path string, stdin io.Reader, plan *report.Plan, kinds *planKinds) error {
 	var r io.Reader = stdin
 	if path != "-" {
 		f, err := os.Open(path)
@@ -149,17 +178,7 @@ func readPlanRecords(path string, stdin io.Reader, plan *report.Plan) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxPlanLine)
 	for sc.Scan() {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
-			continue
-		}
-		var h record.Handshake
-		if err := json.Unmarshal(line, &h); err != nil || h.Outcome == "" {
-			plan.Malformed++
-			continue
-		}
-		report.FillIDs(&h)
-		plan.Add(&h)
+		kinds.add(plan, sc.Bytes())
 	}
 	return sc.Err()
 }

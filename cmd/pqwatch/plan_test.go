@@ -14,6 +14,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 )
 
 // captureJSONL is `analyze -format jsonl` of testdata/handshakes.pcap, one
@@ -312,7 +316,7 @@ func TestPlanDocFlags(t *testing.T) {
 	doc := string(b)
 	var missing []string
 	for _, m := range regexp.MustCompile("`[^`]*`|(?m)^pqwatch plan .*$").FindAllString(doc, -1) {
-		if cmdLineRe.MatchString(m) {
+		if cmdLineRe.MatchString(strings.Trim(m, "`")) {
 			continue // another command's line, which docs_test.go checks
 		}
 		for _, f := range flagsIn(m) {
@@ -392,5 +396,144 @@ func TestPlanForecastPolicies(t *testing.T) {
 			}
 		}
 		t.Logf("%s: pq %v hrr %v classical %v loses_pq %v fail %v, growth %v bytes", policy, pf["pq"], pf["hrr"], pf["classical"], pf["loses_pq"], pf["fail"], pf["total_server_hello_growth_bytes"])
+	}
+}
+
+// rollupLines are the rollup rows report.Rollup (the agent's writer) makes
+// of the record lines, one node each as the lines say, a window every
+// perWindow records.
+func rollupLines(t *testing.T, lines []string, perWindow int) []string {
+	t.Helper()
+	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r := report.NewRollup(start, 1024)
+	var out []string
+	flush := func(end time.Time) {
+		for _, row := range r.Flush(end) {
+			b, err := json.Marshal(row)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(b))
+		}
+	}
+	for i, l := range lines {
+		var h record.Handshake
+		if err := json.Unmarshal([]byte(l), &h); err != nil {
+			t.Fatal(err)
+		}
+		r.Write(&h)
+		if (i+1)%perWindow == 0 {
+			flush(start.Add(time.Duration(i+1) * time.Minute))
+		}
+	}
+	flush(start.Add(time.Duration(len(lines)+1) * time.Minute))
+	return out
+}
+
+// planRateKey reports whether a plan JSON key depends on the window's
+// length (records: first to last ts; rollups: first start to last end) or
+// on what rollups do not carry (SNIs, JA4s, user agents), or counts input.
+func planRateKey(k string) bool {
+	switch k {
+	case "records_read", "window_start", "window_end", "window_seconds", "top_snis", "classical_client_families",
+		"classical_client_families_overflow", "classical_by_ja4", "loses_pq_by_ja4", "classical_by_ua_family",
+		"classical_ja4_overflow", "loses_pq_ja4_overflow", "rollups", "malformed_lines", "records_without_node", "duplicates_dropped":
+		return true
+	}
+	return strings.Contains(k, "per_second") || strings.Contains(k, "per_day") || strings.Contains(k, "cores")
+}
+
+// comparePlans compares every leaf of two plan JSONs but planRateKey's;
+// numbers within 1e-9 (relative: costs are sums of floats in another
+// order). It returns how many leaves it compared.
+func comparePlans(t *testing.T, label string, want, got any, path string) int {
+	t.Helper()
+	switch w := want.(type) {
+	case map[string]any:
+		g, ok := got.(map[string]any)
+		if !ok {
+			t.Errorf("%s: %s: records %v, rollups %v", label, path, want, got)
+			return 0
+		}
+		n := 0
+		for k, wv := range w {
+			if planRateKey(k) {
+				continue
+			}
+			gv, ok := g[k]
+			if !ok {
+				t.Errorf("%s: %s.%s: records %v, missing from the rollups' plan", label, path, k, wv)
+				continue
+			}
+			n += comparePlans(t, label, wv, gv, path+"."+k)
+		}
+		for k := range g {
+			if _, ok := w[k]; !ok && !planRateKey(k) {
+				t.Errorf("%s: %s.%s: in the rollups' plan only: %v", label, path, k, g[k])
+			}
+		}
+		return n
+	case float64:
+		g, ok := got.(float64)
+		if !ok || math.Abs(w-g) > 1e-9*math.Max(1, math.Abs(w)) {
+			t.Errorf("%s: %s: records %v, rollups %v", label, path, want, got)
+		}
+		return 1
+	default:
+		if !reflect.DeepEqual(want, got) {
+			t.Errorf("%s: %s: records %v, rollups %v", label, path, want, got)
+		}
+		return 1
+	}
+}
+
+// The plan from the rollups of two nodes' records (report.Rollup, the
+// agent's writer, in 4-record windows, one row delivered twice) equals the
+// plan from the records in every figure but those that need records or
+// the window's length: today's counts, failures, the whole forecast
+// (every kind, reason, group and byte total), multi-segment counts and the
+// costs, fleet-wide, per node and per server, under five policies.
+func TestPlanRollupsEqualRecords(t *testing.T) {
+	lines := captureJSONL(t)
+	var a, b []string
+	for i, l := range lines {
+		if i%2 == 0 {
+			a = append(a, withFields(l, `"node":"node-a",`))
+		} else {
+			b = append(b, withFields(l, `"node":"node-b",`))
+		}
+	}
+	dir := t.TempDir()
+	fa, fb := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
+	writeFile(t, fa, a, false)
+	writeFile(t, fb, b, false)
+	ra, rb := rollupLines(t, a, 4), rollupLines(t, b, 4)
+	rb = append(rb, rb[0]) // at-least-once: a row twice
+	fra, frb := filepath.Join(dir, "a.rollup.jsonl"), filepath.Join(dir, "b.rollup.jsonl.gz")
+	writeFile(t, fra, ra, false)
+	writeFile(t, frb, rb, true)
+	costs := "-costs=" + filepath.Join("testdata", "plan", "results.json")
+	for _, policy := range []string{"", "X25519MLKEM768,x25519,secp256r1", "x25519,secp256r1", "openssl3.0=x25519,X25519MLKEM768,secp384r1", "secp384r1,X25519MLKEM768"} {
+		args := []string{costs}
+		if policy != "" {
+			args = append(args, "-forecast-groups", policy)
+		}
+		rec := planJSON(t, append(args, fa, fb)...)
+		roll := planJSON(t, append(args, fra, frb)...)
+		n := comparePlans(t, policy, rec, roll, "")
+		if n < 200 {
+			t.Errorf("%s: only %d figures compared", policy, n)
+		}
+		st := roll["rollups"].(map[string]any)
+		if st["rows_duplicate_dropped"] != 1.0 || st["handshakes_offer_other"] != 0.0 || st["handshakes_unplanned"] != 0.0 {
+			t.Errorf("%s: rollup stats %v", policy, st)
+		}
+		f := roll["forecast"].(map[string]any)
+		t.Logf("policy %q: %d figures equal over %d records in %d+%d rollup rows; forecast pq %v hrr %v classical %v loses_pq %v, growth %v bytes, new HRR bytes %v",
+			policy, n, len(lines), len(ra), len(rb)-1, f["pq"], f["hrr"], f["classical"], f["loses_pq"], f["total_server_hello_growth_bytes"], roll["extra_handshake_bytes"])
+	}
+	// Records and rollups in one plan would count the same handshakes twice.
+	if code, _, stderr := run(t, "plan", fa, fra); code != exitFailure || !strings.Contains(stderr, "both handshake records") {
+		t.Errorf("plan over records and rollups: exit %d, %s", code, stderr)
 	}
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
+)
+
+// planKafkaFlags are plan's Kafka flags: the brokers and topic to read, the
+// window, and run's TLS and SASL flags.
+type planKafkaFlags struct {
+	kf    kafkaFlags // brokers, topic and the TLS/SASL flags only
+	since time.Duration
+	idle  time.Duration
+}
+
+func (pk *planKafkaFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&pk.kf.brokers, "kafka-brokers", "", "Kafka `host:port,...` to read records (or rollups) from, instead of or besides FILEs; read by partition without a consumer group, so no other consumer is disturbed")
+	fs.StringVar(&pk.kf.topic, "kafka-topic", exporter.DefaultKafkaTopic, "Kafka `topic` to read: run's -kafka-topic (records) or -kafka-rollup-topic (rollups)")
+	fs.DurationVar(&pk.since, "since", 24*time.Hour, "with -kafka-brokers, read the messages of this `window` before now (from the offset at its start to the end offsets when the read starts); 0: the whole topic")
+	fs.DurationVar(&pk.idle, "kafka-idle-timeout", 10*time.Second, "with -kafka-brokers, give up on a partition that yields no message for this `long` before its end offset (the plan is then incomplete: exit 1)")
+	pk.kf.registerAuth(fs)
+}
+
+// enabled reports whether -kafka-brokers was given.
+func (pk *planKafkaFlags) enabled() bool { return strings.TrimSpace(pk.kf.brokers) != "" }
+
+// config builds the read's configuration; getenv reads the environment
+// (the SASL password).
+func (pk *planKafkaFlags) config(now time.Time, getenv func(string) string) (exporter.FeedReadConfig, error) {
+	cfg := exporter.FeedReadConfig{Brokers: pk.kf.brokerList(), Topic: pk.kf.topic, IdleTimeout: pk.idle}
+	if pk.since < 0 {
+		return cfg, fmt.Errorf("-since %v: must not be negative", pk.since)
+	}
+	if pk.since > 0 {
+		cfg.Since = now.Add(-pk.since)
+	}
+	var err error
+	if cfg.TLS, err = pk.kf.tlsConfig(); err != nil {
+		return cfg, err
+	}
+	if cfg.SASL, err = pk.kf.saslConfig(getenv); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// readPlanKafka adds every message of the feed to plan (records or rollup
+// rows, as addPlanLine tells them apart) and says on stderr what it read.
+func readPlanKafka(ctx context.Context, cfg exporter.FeedReadConfig, plan *report.Plan, kinds *planKinds, stderr io.Writer) error {
+	st, err := exporter.ReadFeed(ctx, cfg, func(m kafka.Message) error {
+		kinds.add(plan, m.Value)
+		return nil
+	})
+	var parts []string
+	for _, p := range st.Partitions {
+		parts = append(parts, fmt.Sprintf("%d: offsets %d to %d, %d read", p.Partition, p.Start, p.End, p.Read))
+	}
+	since := "the earliest offset"
+	if !cfg.Since.IsZero() {
+		since = cfg.Since.UTC().Format(time.RFC3339)
+	}
+	switch {
+	case errors.Is(err, exporter.ErrNoTopic):
+		return fmt.Errorf("kafka topic %q does not exist on %s", cfg.Topic, strings.Join(cfg.Brokers, ","))
+	case err != nil:
+		return err
+	case st.Messages == 0:
+		return fmt.Errorf("kafka topic %q: no messages since %s (partitions %s); widen -since or check -kafka-topic", cfg.Topic, since, strings.Join(parts, "; "))
+	}
+	fmt.Fprintf(stderr, "pqwatch plan: kafka topic %q since %s: %d messages (partitions %s)\n", cfg.Topic, since, st.Messages, strings.Join(parts, "; "))
+	return nil
+}
+
+// planKinds counts which kinds of input a plan was given: records and
+// rollup rows must not be mixed (the same handshakes would count twice).
+type planKinds struct{ records, rollups int }
+
+// add adds one JSON value to plan: a record (it has an outcome), else a
+// rollup row (a server and a window), else a malformed line.
+func (k *planKinds) add(plan *report.Plan, line []byte) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return
+	}
+	var h record.Handshake
+	if err := json.Unmarshal(line, &h); err == nil && h.Outcome != "" {
+		k.records++
+		report.FillIDs(&h)
+		plan.Add(&h)
+		return
+	}
+	var row report.RollupRow
+	if err := json.Unmarshal(line, &row); err == nil && row.Server != "" && !row.Start.IsZero() && !row.End.IsZero() {
+		k.rollups++
+		plan.AddRollup(&row)
+		return
+	}
+	plan.Malformed++
+}
+
+// mixed is the error when both kinds were read.
+func (k *planKinds) mixed() error {
+	if k.records > 0 && k.rollups > 0 {
+		return fmt.Errorf("the input holds both handshake records (%d) and rollup rows (%d): they describe the same handshakes, so a plan reads one kind; give the record files or topic, or the rollup ones", k.records, k.rollups)
+	}
+	return nil
+}
