@@ -33,6 +33,7 @@ import (
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/internal/memlimit"
 	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/pipeline"
@@ -127,6 +128,16 @@ type Config struct {
 // killed.
 const DefaultJSONLFlush = 500 * time.Millisecond
 
+// joinBudget is the log join's memory for waiting lines and handshakes:
+// an eighth of the memory limit (the sniffers take a quarter), at most
+// logjoin.DefaultMaxPendingBytes.
+func joinBudget() int {
+	if lim, _ := memlimit.Limit(); lim > 0 {
+		return int(max(1<<20, min(lim/8, logjoin.DefaultMaxPendingBytes)))
+	}
+	return logjoin.DefaultMaxPendingBytes
+}
+
 // MinWorkerBudget is the least Config.BufferBudget gives one worker: room
 // for a few hybrid ClientHellos in reassembly.
 const MinWorkerBudget = 256 << 10
@@ -208,7 +219,7 @@ func New(cfg Config) (a *Agent, err error) {
 	}
 	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
 		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
-			a.joiner = logjoin.New(logjoin.Options{Emit: next})
+			a.joiner = logjoin.New(logjoin.Options{Emit: next, MaxPendingBytes: joinBudget()})
 			return a.joiner
 		})
 		if lp := logPID; lp != nil {
@@ -267,6 +278,7 @@ func New(cfg Config) (a *Agent, err error) {
 	a.metrics.LogLinesFrom(a.tooLongLines)
 	if a.joiner != nil {
 		a.metrics.LogJoinsFrom(a.joinCounts)
+		a.reg.MustRegister(a.joiner.Collector())
 	}
 	return a, nil
 }

@@ -16,11 +16,13 @@
 package logjoin
 
 import (
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/record"
@@ -103,6 +105,13 @@ type Options struct {
 	// address-only joins are refused for 2*MaxWait after an eviction,
 	// since the evidence of ambiguity may be gone.
 	MaxPending int
+	// MaxPendingBytes caps the memory of the stored entries, as estimated
+	// by entryBytes: a line holds its path and user agent (up to a log
+	// line's 64 KiB, chosen by whoever sends the request) and a waiting
+	// handshake its record; decided entries keep only what the evidence
+	// needs. At the cap the oldest entry is evicted as at MaxPending.
+	// Default DefaultMaxPendingBytes.
+	MaxPendingBytes int
 	// Emit receives every handshake exactly once: joined, unjoined after
 	// MaxWait, not completed (at once), or evicted. May be nil.
 	Emit func(*record.Handshake)
@@ -129,6 +138,7 @@ type Stats struct {
 	CurveChecked        uint64 // joins where the log had $ssl_curve and the record a group
 	CurveMismatch       uint64 // ... and they differ
 	Pending             int    // entries currently stored
+	PendingBytes        int    // their memory, as MaxPendingBytes counts it
 	Sources             map[string]SourceStats
 }
 
@@ -146,13 +156,16 @@ type key struct {
 }
 
 type entry struct {
+	bytes     int // what it counts against MaxPendingBytes now
+	port      uint16
+	addr      [16]byte // a handshake's client (kept once h is let go)
 	isLine    bool
 	state     entryState
-	ambiguous bool      // a line seen as a candidate in an ambiguous decision
-	removed   bool      // no longer in the maps (its queue slot is skipped)
-	ts        time.Time // event time
-	arrived   time.Time // by the caller's clock
-	h         *record.Handshake
+	ambiguous bool              // a line seen as a candidate in an ambiguous decision
+	removed   bool              // no longer in the maps (its queue slot is skipped)
+	ts        time.Time         // event time
+	arrived   time.Time         // by the caller's clock
+	h         *record.Handshake // nil once emitted
 	line      Line
 }
 
@@ -160,7 +173,72 @@ func (e *entry) k() key {
 	if e.isLine {
 		return key{e.line.Addr, e.line.Port}
 	}
-	return key{e.h.ClientAddr, e.h.ClientPort}
+	return key{e.addr, e.port}
+}
+
+// DefaultMaxPendingBytes is Options.MaxPendingBytes's default.
+const DefaultMaxPendingBytes = 64 << 20
+
+// Sizes of what an entry holds, for entryBytes. entryOverhead is the
+// entry and its places: a slot in two maps (key, slice header, control
+// byte, at the maps' load factor: about 64 bytes each), the slices'
+// backing arrays and two queue slots (TestPendingBytesBounded measures it).
+var (
+	entryOverhead = int(unsafe.Sizeof(entry{})) + 192
+	recordSize    = int(unsafe.Sizeof(record.Handshake{}))
+	keyShareSize  = int(unsafe.Sizeof(record.KeyShare{}))
+	genSize       = int(unsafe.Sizeof(record.Generation{}))
+	logSize       = int(unsafe.Sizeof(record.Log{}))
+)
+
+// entryBytes estimates the memory e holds: every string and slice of a
+// record or line it still references is counted, interned ones too, so
+// the estimate errs high.
+func entryBytes(e *entry) int {
+	n := entryOverhead
+	if e.isLine {
+		lg := &e.line.Log
+		return n + len(lg.Method) + len(lg.Host) + len(lg.Path) + len(lg.UserAgent) + len(lg.SSLCurve)
+	}
+	h := e.h
+	if h == nil {
+		return n
+	}
+	n += recordSize + len(h.Transport) + len(h.Client) + len(h.Server) + len(h.SNI) + len(h.Version) +
+		len(h.Cipher) + len(h.Group) + len(h.HRRGroup) + len(h.GroupMissing) + len(h.Outcome) + len(h.Alert) +
+		len(h.JA4) + len(h.Node) + len(h.ID) + 16*(cap(h.ALPN)+cap(h.OfferedGroups)) +
+		keyShareSize*cap(h.KeyShares) + 2*(cap(h.OfferedIDs)+cap(h.KeyShareIDs))
+	for _, a := range h.ALPN {
+		n += len(a)
+	}
+	for _, g := range h.OfferedGroups {
+		n += len(g)
+	}
+	for _, k := range h.KeyShares {
+		n += len(k.Group)
+	}
+	if g := h.Generation; g != nil {
+		n += genSize + len(g.ID) + len(g.Exe) + len(g.ExeSHA256) + len(g.OpenSSL)
+	}
+	if l := h.Log; l != nil {
+		n += logSize + len(l.Source) + len(l.Method) + len(l.Host) + len(l.Path) + len(l.UserAgent) + len(l.SSLCurve)
+	}
+	return n
+}
+
+// settle lets go of what a decided entry no longer needs (a handshake's
+// record, which now belongs to Emit's receiver; a line's request fields,
+// already copied into any record it joined) and recounts its bytes: the
+// evidence of ambiguity needs only time, address and port.
+func (j *Joiner) settle(e *entry) {
+	if e.isLine {
+		e.line.Log = record.Log{Source: e.line.Log.Source}
+	} else {
+		e.h = nil
+	}
+	j.bytes -= e.bytes
+	e.bytes = entryBytes(e)
+	j.bytes += e.bytes
 }
 
 // fifo is a queue of entries in arrival order.
@@ -199,6 +277,7 @@ type Joiner struct {
 
 	decideQ, purgeQ fifo
 	live            int
+	bytes           int // entryBytes of the stored entries
 	noAddrJoinUntil time.Time
 
 	st      Stats
@@ -219,6 +298,9 @@ func New(opts Options) *Joiner {
 	if opts.MaxPending <= 0 {
 		opts.MaxPending = 200_000
 	}
+	if opts.MaxPendingBytes <= 0 {
+		opts.MaxPendingBytes = DefaultMaxPendingBytes
+	}
 	return &Joiner{
 		opts:      opts,
 		hsByKey:   make(map[key][]*entry),
@@ -237,6 +319,7 @@ func (j *Joiner) Stats() Stats {
 	defer j.mu.Unlock()
 	s := j.st
 	s.Pending = j.live
+	s.PendingBytes = j.bytes
 	s.Sources = make(map[string]SourceStats, len(j.sources))
 	for k, v := range j.sources {
 		s.Sources[k] = *v
@@ -294,7 +377,7 @@ func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
 			h.ClientAddr, h.ClientPort = ap.Addr().WithZone("").As16(), ap.Port()
 		}
 	}
-	e := &entry{ts: h.TS, arrived: now, h: h}
+	e := &entry{ts: h.TS, arrived: now, h: h, addr: h.ClientAddr, port: h.ClientPort}
 	k := e.k()
 	// A line with the port may already be waiting: take the earliest
 	// compatible one (the first request on the connection).
@@ -355,10 +438,12 @@ func (j *Joiner) bestHandshake(l *entry) *entry {
 }
 
 func (j *Joiner) store(e *entry) {
-	for j.live >= j.opts.MaxPending {
+	e.bytes = entryBytes(e)
+	for j.live > 0 && (j.live >= j.opts.MaxPending || j.bytes+e.bytes > j.opts.MaxPendingBytes) {
 		j.evictOldest(e.arrived)
 	}
 	j.live++
+	j.bytes += e.bytes
 	k := e.k()
 	switch {
 	case !e.isLine:
@@ -375,7 +460,9 @@ func (j *Joiner) store(e *entry) {
 func (j *Joiner) evictOldest(now time.Time) {
 	var e *entry
 	if j.purgeQ.len() > 0 {
-		e = j.purgeQ.pop()
+		if e = j.purgeQ.pop(); e.removed {
+			return
+		}
 	} else {
 		e = j.decideQ.pop()
 		if e.removed {
@@ -387,6 +474,7 @@ func (j *Joiner) evictOldest(now time.Time) {
 			} else {
 				j.st.UnmatchedHandshakes++
 				j.emit(e.h)
+				e.h = nil
 			}
 		}
 	}
@@ -433,6 +521,7 @@ func (j *Joiner) remove(e *entry) {
 		}
 	}
 	j.live--
+	j.bytes -= e.bytes
 }
 
 func (j *Joiner) join(h, l *entry) {
@@ -448,9 +537,12 @@ func (j *Joiner) join(h, l *entry) {
 		}
 	}
 	j.emit(h.h)
+	j.settle(h)
 	if l.line.Port != 0 {
 		// A joined line with the port is evidence of nothing: forget it now.
 		j.remove(l)
+	} else {
+		j.settle(l)
 	}
 }
 
@@ -490,6 +582,11 @@ func (j *Joiner) decide(e *entry) {
 	if e.state != statePending {
 		return
 	}
+	defer func() {
+		if e.state != statePending && !e.removed {
+			j.settle(e)
+		}
+	}()
 	if e.isLine {
 		src := j.source(e.line.Log.Source)
 		if e.line.Port != 0 {
@@ -526,7 +623,7 @@ func (j *Joiner) decide(e *entry) {
 	default:
 		e.state = stateDone
 		j.st.AmbiguousHandshakes++
-		for _, l := range j.lineAddr[e.h.ClientAddr] {
+		for _, l := range j.lineAddr[e.addr] {
 			if j.compatible(e, l) {
 				l.ambiguous = true
 			}
@@ -550,7 +647,7 @@ func (j *Joiner) addrJoinable(h, l *entry) bool {
 // addrLines counts the address-only lines (waiting or decided) compatible
 // with handshake h and returns the last one.
 func (j *Joiner) addrLines(h *entry) (last *entry, n int) {
-	for _, l := range j.lineAddr[h.h.ClientAddr] {
+	for _, l := range j.lineAddr[h.addr] {
 		if j.compatible(h, l) {
 			last = l
 			n++
@@ -582,6 +679,11 @@ func Batch(records []*record.Handshake, lines []Line, opts Options) Stats {
 		ls[i] = i
 	}
 	slices.SortStableFunc(ls, func(a, b int) int { return lines[a].Time.Compare(lines[b].Time) })
+	if opts.MaxPendingBytes <= 0 {
+		// Offline the records and lines are in memory already: the
+		// entries add little, and an eviction would lose a join.
+		opts.MaxPendingBytes = math.MaxInt
+	}
 	j := New(opts)
 	hi, li := 0, 0
 	for hi < len(hs) || li < len(ls) {

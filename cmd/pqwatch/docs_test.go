@@ -34,6 +34,7 @@ import (
 
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/proctrack"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
@@ -953,7 +954,7 @@ func agentMetrics(t *testing.T) (map[string][]string, map[string]string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pt.Close() })
-	d.MustRegister(pt.Collector(), proctrack.NewLogPID(pt))
+	d.MustRegister(pt.Collector(), proctrack.NewLogPID(pt), logjoin.New(logjoin.Options{}).Collector())
 	// With -kafka-brokers, the Kafka sink's health (nothing listens at
 	// port 1: the sink only fails to deliver, which is all this needs).
 	k, err := exporter.NewKafka(exporter.KafkaConfig{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
@@ -1075,7 +1076,7 @@ func TestDocMetrics(t *testing.T) {
 		}
 	}
 	for name := range labels {
-		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && (a.Processes() != nil || present[name] != "tracking") {
+		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && present[name] != "with an access log" && (a.Processes() != nil || present[name] != "tracking") {
 			t.Errorf("docs/contract.md says %s is there %s; the agent's registry has no %s", name, present[name], name)
 		}
 	}
