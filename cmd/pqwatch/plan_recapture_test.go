@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// caddyHybridConf is Caddy with its default key exchange (Caddy 2.11:
+// X25519MLKEM768, x25519, secp256r1, chosen by Go's rule) and "tls
+// internal" on 127.0.0.1:{{port}}.
+const caddyHybridConf = `{
+  "admin": {"disabled": true},
+  "storage": {"module": "file_system", "root": "{{dir}}/data"},
+  "logging": {"logs": {"default": {"level": "ERROR", "writer": {"output": "file", "filename": "{{dir}}/caddy.log"}}}},
+  "apps": {
+    "http": {"servers": {"s": {
+      "listen": ["127.0.0.1:{{port}}"],
+      "protocols": ["h1"],
+      "automatic_https": {"disable_redirects": true},
+      "tls_connection_policies": [{}],
+      "routes": [{"handle": [{"handler": "static_response", "status_code": 200, "body": "ok\n"}]}]
+    }}},
+    "tls": {
+      "certificates": {"automate": ["localhost"]},
+      "automation": {"policies": [{"subjects": ["localhost"], "issuers": [{"module": "internal"}]}]}
+    },
+    "pki": {"certificate_authorities": {"local": {"install_trust": false}}}
+  }
+}`
+
+// startCaddyHybrid runs the Caddy binary with caddyHybridConf on port; it
+// returns once Caddy serves TLS there, and stops it at the test's end.
+func startCaddyHybrid(t *testing.T, port int) {
+	t.Helper()
+	bin := testenv.NeedBin(t, "caddy")
+	dir := t.TempDir()
+	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port)).Replace(caddyHybridConf)
+	confFile := filepath.Join(dir, "caddy.json")
+	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", confFile)
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start caddy: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		_ = cmd.Wait()
+	})
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
+		if err == nil {
+			c.Close()
+			return
+		}
+	}
+	t.Fatalf("caddy did not serve TLS on %s:\n%s", addr, out.String())
+}
+
+// recaptureMix is the client mix: Go crypto/tls clients (TLS 1.3) whose
+// CurvePreferences differ. Go orders them itself (hybrids first, then
+// x25519, P-256, P-384) and sends one key share, for the first, plus the
+// hybrid's ECDH part when that group is enabled too; so the list decides
+// which share the servers see.
+var recaptureMix = []struct {
+	name   string
+	curves []tls.CurveID
+}{
+	{"go-default", nil}, // X25519MLKEM768 + x25519 shares
+	{"hybrid-first", []tls.CurveID{tls.X25519MLKEM768, tls.X25519, tls.CurveP256}}, // the same list, explicit
+	{"x25519-only", []tls.CurveID{tls.X25519}},
+	{"p256-first", []tls.CurveID{tls.CurveP256, tls.X25519}},                 // Go still shares x25519 first
+	{"hybrid-share-p256", []tls.CurveID{tls.X25519MLKEM768, tls.CurveP256}},  // only the hybrid share: nginx needs an HRR for P-256, Caddy takes the share
+	{"p256mlkem-share", []tls.CurveID{tls.SecP256r1MLKEM768, tls.CurveP256}}, // SecP256r1MLKEM768 + P-256 shares: P-256 at both
+	{"p384mlkem-share", []tls.CurveID{tls.SecP384r1MLKEM1024, tls.X25519}},   // a share neither server takes: an HRR for x25519 at both
+}
+
+// TestPlanRecapture checks the forecast half against a real migration:
+// the same client mix, captured (tcpdump on loopback) against Debian's
+// nginx (OpenSSL 3.0, ssl_ecdh_curve X25519:prime256v1: classical) and
+// against Caddy with its default hybrid key exchange. `plan` over the
+// nginx records under Caddy's policy (go=X25519MLKEM768,x25519,secp256r1)
+// must say what the Caddy capture shows: PQ, HRR and classical counts
+// exactly, the negotiated groups, and, handshake by handshake, the TLS 1.3
+// ServerHello bytes exactly (so the plan's ServerHello growth equals the
+// measured one).
+func TestPlanRecapture(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live capture test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	testenv.NeedBin(t, "nginx", "tcpdump", "caddy")
+	nport, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cport, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.StartNginx(t, testenv.NginxOptions{Listen: "127.0.0.1:" + strconv.Itoa(nport), ECDHCurve: "X25519:prime256v1"})
+	startCaddyHybrid(t, cport)
+	nginx, caddy := net.JoinHostPort("127.0.0.1", strconv.Itoa(nport)), net.JoinHostPort("127.0.0.1", strconv.Itoa(cport))
+	capt := testenv.StartCapture(t, "", "lo", fmt.Sprintf("tcp port %d or tcp port %d", nport, cport))
+	const rounds = 3
+	dial := func(addr, sni string, curves []tls.CurveID) string {
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr,
+			&tls.Config{InsecureSkipVerify: true, ServerName: sni, CurvePreferences: curves, MinVersion: tls.VersionTLS13})
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer c.Close()
+		return tlsparse.Group(c.ConnectionState().CurveID).String()
+	}
+	var truth []string // what each client negotiated with Caddy, in order
+	for range rounds {
+		for _, m := range recaptureMix {
+			dial(nginx, "pqwatch.test", m.curves)
+			time.Sleep(10 * time.Millisecond)
+			truth = append(truth, dial(caddy, "localhost", m.curves))
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	capt.Stop()
+
+	code, out, stderr := run(t, "analyze", "-format", "jsonl", capt.File)
+	if code != exitOK {
+		t.Fatalf("analyze exits %d: %s", code, stderr)
+	}
+	var nrec, crec []*record.Handshake
+	var nlines []string
+	for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		var h record.Handshake
+		if err := json.Unmarshal([]byte(l), &h); err != nil {
+			t.Fatal(err)
+		}
+		report.FillIDs(&h)
+		switch h.Server {
+		case nginx:
+			nrec = append(nrec, &h)
+			nlines = append(nlines, l)
+		case caddy:
+			crec = append(crec, &h)
+		}
+	}
+	byTS := func(a, b *record.Handshake) int { return a.TS.Compare(b.TS) }
+	slices.SortFunc(nrec, byTS)
+	slices.SortFunc(crec, byTS)
+	want := rounds * len(recaptureMix)
+	if len(nrec) != want || len(crec) != want {
+		t.Fatalf("records: nginx %d, caddy %d, want %d each", len(nrec), len(crec), want)
+	}
+
+	// The plan over the nginx records, as a planner runs it.
+	const caddyPolicy = "go=X25519MLKEM768,x25519,secp256r1"
+	nfile := filepath.Join(t.TempDir(), "nginx.jsonl")
+	writeFile(t, nfile, nlines, false)
+	pl := planJSON(t, "-forecast-groups", caddyPolicy, nfile)
+	f := pl["forecast"].(map[string]any)
+	fi := func(k string) int { return int(f[k].(float64)) }
+
+	// What Caddy did.
+	var pq, hrr, classical, failed int
+	groups := map[string]int{}
+	var shCaddy, shNginx, nhrr int
+	for i, c := range crec {
+		if nrec[i].HRR {
+			nhrr++
+		}
+		switch {
+		case c.Outcome != record.OutcomeOK:
+			failed++
+		case c.PQ:
+			pq++
+		default:
+			classical++
+		}
+		if c.HRR {
+			hrr++
+		}
+		groups[c.Group]++
+		if c.Group != truth[i] {
+			t.Errorf("caddy record %d (%s): group %s, the client negotiated %s", i, recaptureMix[i%len(recaptureMix)].name, c.Group, truth[i])
+		}
+		shCaddy += c.ServerHelloBytes
+		shNginx += nrec[i].ServerHelloBytes
+	}
+	stays := fi("classical") + fi("hrr") - fi("hrr_pq") - fi("loses_pq_hrr")
+	for _, c := range []struct {
+		what      string
+		plan, got int
+	}{
+		{"pq (with or without an HRR)", fi("pq") + fi("hrr_pq"), pq},
+		{"hrr", fi("hrr"), hrr},
+		{"classical", stays + fi("loses_pq"), classical},
+		{"fail", fi("fail"), failed},
+		{"predicted", fi("predicted"), len(crec)},
+	} {
+		if c.plan != c.got {
+			t.Errorf("%s: plan over the nginx capture says %d, Caddy did %d", c.what, c.plan, c.got)
+		}
+	}
+	planGroups := map[string]int{}
+	for g, n := range f["groups"].(map[string]any) {
+		planGroups[g] = int(n.(float64))
+	}
+	if fmt.Sprint(planGroups) != fmt.Sprint(groups) {
+		t.Errorf("groups: plan %v, Caddy %v", planGroups, groups)
+	}
+	if g := fi("total_server_hello_growth_bytes"); g != shCaddy-shNginx || fi("bytes_modeled") != want {
+		t.Errorf("ServerHello growth: plan %+d bytes over %d modelled, Caddy's minus nginx's %+d over %d", g, fi("bytes_modeled"), shCaddy-shNginx, want)
+	}
+
+	// Handshake by handshake: the group, the HRR and the ServerHello.
+	policy, err := forecast.ParsePolicy(caddyPolicy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range nrec {
+		c := crec[i]
+		o := forecast.Predict(policy, n)
+		if n.Version != "TLS1.3" || c.Version != "TLS1.3" {
+			t.Errorf("record %d: versions %s/%s, the mix is TLS 1.3 only", i, n.Version, c.Version)
+		}
+		if tlsparse.Group(o.Group).String() != c.Group || o.HRR != c.HRR || o.ServerHelloBytes != c.ServerHelloBytes {
+			t.Errorf("%s #%d: plan predicts %s hrr=%v ServerHello %d; Caddy negotiated %s hrr=%v ServerHello %d (nginx: %s hrr=%v %d)",
+				recaptureMix[i%len(recaptureMix)].name, i, tlsparse.Group(o.Group), o.HRR, o.ServerHelloBytes, c.Group, c.HRR, c.ServerHelloBytes, n.Group, n.HRR, n.ServerHelloBytes)
+		}
+		if i < len(recaptureMix) {
+			t.Logf("%-26s nginx %-15s hrr=%-5v SH %4d | plan %-9s %-15s SH %4d | caddy %-15s hrr=%-5v SH %4d",
+				recaptureMix[i].name, n.Group, n.HRR, n.ServerHelloBytes, o.Kind, tlsparse.Group(o.Group), o.ServerHelloBytes, c.Group, c.HRR, c.ServerHelloBytes)
+		}
+	}
+	t.Logf("nginx: %d HRRs of %d", nhrr, want)
+	t.Logf("%d handshakes each: plan pq %d hrr %d classical %d = Caddy pq %d hrr %d classical %d; groups %v; ServerHello growth %+d bytes (Caddy %d - nginx %d); new HRRs %d estimated at %.0f bytes each",
+		want, fi("pq")+fi("hrr_pq"), fi("hrr"), stays+fi("loses_pq"), pq, hrr, classical, groups, fi("total_server_hello_growth_bytes"), shCaddy, shNginx, fi("new_hrr"), f["hrr_added_bytes_per_new_hrr"])
+	if hrr == 0 || pq == 0 || classical == 0 || nhrr == 0 {
+		t.Errorf("the mix should give PQ, HRR and classical handshakes at Caddy: pq %d hrr %d classical %d", pq, hrr, classical)
+	}
+}
