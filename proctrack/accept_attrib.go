@@ -1,6 +1,7 @@
 package proctrack
 
 import (
+	"log/slog"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -27,13 +28,12 @@ type acceptSource struct {
 	// know (yet): the record waited for a scan or fell back.
 	unknownPid atomic.Uint64
 
-	// seen remembers the generation of every serving pid of recent scans,
-	// for accepts by processes that exited since (a worker that drained
-	// after WINCH or a reload): pid -> generation, dropped a minute after
-	// its last scan.
-	mu       sync.Mutex
-	seen     map[int]seenPid
-	seenScan time.Time // the scan seen was last refreshed from
+	// seen remembers the generation of every process of recent scans, for
+	// accepts by processes that exited since (a worker that drained after
+	// WINCH or a reload): pid -> generation, dropped a minute after its
+	// last scan.
+	mu   sync.Mutex
+	seen map[int]seenPid
 }
 
 type seenPid struct {
@@ -52,41 +52,41 @@ func (s *acceptSource) close() {
 
 // startAccepts opens the accept events, once, and says at start which
 // source attribution uses and why.
-func (t *Tracker) startAccepts() {
-	t.acc.once.Do(func() {
-		defer t.acc.started.Store(true)
-		if t.cfg.NoAcceptEvents {
-			t.acc.reason = "switched off"
-			t.log.Info("attribution without accept events: process scans and socket lookups", "source", SourceFallback, "reason", t.acc.reason)
+func (x *attribIndex) startAccepts(off bool, maxAccepts int, log *slog.Logger) {
+	x.acc.once.Do(func() {
+		defer x.acc.started.Store(true)
+		if off {
+			x.acc.reason = "switched off"
+			log.Info("attribution without accept events: process scans and socket lookups", "source", SourceFallback, "reason", x.acc.reason)
 			return
 		}
-		a, err := OpenAccepts(AcceptConfig{MaxEntries: t.cfg.MaxAccepts})
+		a, err := OpenAccepts(AcceptConfig{MaxEntries: maxAccepts})
 		if err != nil {
-			t.acc.reason = err.Error()
-			t.log.Warn("accept events (eBPF) unavailable: attributing by process scans and socket lookups; swap windows may go unattributed", "source", SourceFallback, "reason", err)
+			x.acc.reason = err.Error()
+			log.Warn("accept events (eBPF) unavailable: attributing by process scans and socket lookups; swap windows may go unattributed", "source", SourceFallback, "reason", err)
 			return
 		}
-		t.acc.a.Store(a)
-		t.log.Info("attributing handshakes from the kernel's accept events", "source", SourceEBPF)
+		x.acc.a.Store(a)
+		log.Info("attributing handshakes from the kernel's accept events", "source", SourceEBPF)
 	})
 }
 
-// AttributionSource says whether attribution uses the kernel's accept
-// events (SourceEBPF) or not (SourceFallback, with the reason); "" before
-// an Attribution stage started them.
-func (t *Tracker) AttributionSource() (source, reason string) {
-	if !t.acc.started.Load() {
+// source says whether attribution uses the kernel's accept events
+// (SourceEBPF) or not (SourceFallback, with the reason); "" before an
+// Attribution stage started them.
+func (x *attribIndex) source() (source, reason string) {
+	if !x.acc.started.Load() {
 		return "", ""
 	}
-	if t.acc.a.Load() != nil {
+	if x.acc.a.Load() != nil {
 		return SourceEBPF, ""
 	}
-	return SourceFallback, t.acc.reason
+	return SourceFallback, x.acc.reason
 }
 
-// AcceptStats returns the accept events' counters (zero without them).
-func (t *Tracker) AcceptStats() AcceptStats {
-	if a := t.acc.a.Load(); a != nil {
+// acceptStats returns the accept events' counters (zero without them).
+func (x *attribIndex) acceptStats() AcceptStats {
+	if a := x.acc.a.Load(); a != nil {
 		return a.Stats()
 	}
 	return AcceptStats{}
@@ -104,8 +104,8 @@ const (
 
 // attributeAccept looks up the accept of a TCP record's connection and the
 // generation of the process that accepted it.
-func (t *Tracker) attributeAccept(r *record.Handshake) (*record.Generation, acceptResult) {
-	a := t.acc.a.Load()
+func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, acceptResult) {
+	a := x.acc.a.Load()
 	if a == nil || r.Transport != record.TransportTCP {
 		return nil, acceptOff
 	}
@@ -122,59 +122,40 @@ func (t *Tracker) attributeAccept(r *record.Handshake) (*record.Generation, acce
 	if !ok {
 		return nil, acceptMiss
 	}
-	if g, ok := t.GenerationOf(e.TGID); ok {
+	if g, ok := x.generationOf(e.TGID); ok {
 		return g, acceptFound
 	}
-	if g, ok := t.rememberedGeneration(e.TGID); ok {
+	if g, ok := x.rememberedGeneration(e.TGID); ok {
 		return g, acceptFound
 	}
-	t.rescanSoon()
+	x.rescanSoon()
 	return nil, acceptUnknown
 }
 
-// rescanSoon makes the next scan read /proc's directory and search for
-// the owners of listening sockets, whatever ListenerRescan says: an
-// accept by an unknown process is a new server (a restarted Caddy) or a
-// new worker, and its records wait for that scan.
-func (t *Tracker) rescanSoon() {
-	t.mu.Lock()
-	t.lastListen = time.Time{}
-	t.lastDir = time.Time{}
-	t.mu.Unlock()
+// remember notes the generation of every process of a scan at now, and
+// forgets those last scanned more than seenTTL ago.
+func (s *acceptSource) remember(byPID map[int]*record.Generation, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = map[int]seenPid{}
+	}
+	for pid, g := range byPID {
+		s.seen[pid] = seenPid{g, now}
+	}
+	for p, e := range s.seen {
+		if now.Sub(e.last) > seenTTL {
+			delete(s.seen, p)
+		}
+	}
 }
 
 // rememberedGeneration returns the generation pid served in until it
-// exited, as of the scans since the last call (refreshed once per scan).
-func (t *Tracker) rememberedGeneration(pid int) (*record.Generation, bool) {
-	s := &t.acc
+// exited, as of the scans of the last seenTTL.
+func (x *attribIndex) rememberedGeneration(pid int) (*record.Generation, bool) {
+	s := &x.acc
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if last, _ := t.LastScan(); last.After(s.seenScan) {
-		s.seenScan = last
-		if s.seen == nil {
-			s.seen = map[int]seenPid{}
-		}
-		for _, g := range t.Generations() {
-			if !g.Alive {
-				continue
-			}
-			if g.MasterPID > 0 {
-				gc := g.Generation
-				gc.WorkerPID = 0
-				s.seen[g.MasterPID] = seenPid{&gc, last}
-			}
-			for _, w := range append(g.Workers, g.Draining...) {
-				gc := g.Generation
-				gc.WorkerPID = w
-				s.seen[w] = seenPid{&gc, last}
-			}
-		}
-		for p, e := range s.seen {
-			if last.Sub(e.last) > seenTTL {
-				delete(s.seen, p)
-			}
-		}
-	}
 	e, ok := s.seen[pid]
 	return e.gen, ok
 }

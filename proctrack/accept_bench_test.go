@@ -147,8 +147,8 @@ func BenchmarkAttributionFromAccept(b *testing.B) {
 		b.Skip("this process is not found as a server (needs /proc/self/fd and sock_diag)")
 	}
 	acc := &Accepts{idx: newAcceptIndex(1 << 16)}
-	tr.acc.a.Store(acc)
-	defer tr.acc.a.Store(nil)
+	tr.ix.acc.a.Store(acc)
+	defer tr.ix.acc.a.Store(nil)
 	const n = 1 << 12
 	recs := make([]*record.Handshake, n)
 	for i := range n {

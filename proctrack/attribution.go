@@ -22,7 +22,8 @@ import (
 // need a prompt exact lookup (swap windows), when the queue is half full,
 // and when it sleeps with nothing pending.
 type Attribution struct {
-	t    *Tracker
+	t    *Tracker     // the generations (their handshake counts)
+	x    *attribIndex // the answers
 	next func(*record.Handshake)
 
 	q       chan attribItem
@@ -37,8 +38,8 @@ type Attribution struct {
 // It starts the kernel's accept events (once per tracker) unless
 // Config.NoAcceptEvents, and says which source it uses.
 func NewAttribution(t *Tracker, next func(*record.Handshake)) *Attribution {
-	t.startAccepts()
-	return &Attribution{t: t, next: next, q: make(chan attribItem, 8192), nudge: make(chan struct{}, 1), done: make(chan struct{})}
+	t.ix.startAccepts(t.cfg.NoAcceptEvents, t.cfg.MaxAccepts, t.log)
+	return &Attribution{t: t, x: t.ix, next: next, q: make(chan attribItem, 8192), nudge: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // attribItem is a finished record waiting for attribution, and when it was
@@ -76,7 +77,7 @@ func (a *Attribution) Process(r *record.Handshake) {
 		}
 	default:
 		a.skipped.Add(1)
-		a.t.NoteSkipped()
+		a.x.skipped.Add(1)
 		a.next(r)
 	}
 }
@@ -157,7 +158,21 @@ func (a *Attribution) Run() {
 				break drain
 			}
 		}
-		scanAt, scanDone := a.t.LastScan()
+		if in == nil && len(pending) > 0 {
+			// Closing: a record still waiting for its accept event (the
+			// ring buffer's reader may lag the last connections) gets
+			// what is left of its grace, once.
+			var last time.Time
+			for _, it := range pending {
+				if it.due.After(last) {
+					last = it.due
+				}
+			}
+			if d := time.Until(last); d > 0 && d <= acceptGrace {
+				time.Sleep(d)
+			}
+		}
+		scanAt, scanDone := a.x.lastScan()
 		for len(pending) > 0 {
 			it := pending[0]
 			scanned := scanAt.After(it.due)
@@ -206,7 +221,7 @@ func (a *Attribution) mayBeQuiet(it attribItem) bool {
 	if r.FlowStart.IsZero() {
 		return false
 	}
-	since, swapping := a.t.QuietSince()
+	since, swapping := a.x.quietSince()
 	return !swapping && r.FlowStart.Add(-acceptMargin).After(since)
 }
 
@@ -245,18 +260,18 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 // on when found; last says no later attempt follows (count a process the
 // tracker does not know).
 func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
-	g, res := a.t.attributeAccept(it.r)
+	g, res := a.x.attributeAccept(it.r)
 	switch res {
 	case acceptFound:
-		a.t.attributed.Add(1)
-		a.t.acc.byAccept.Add(1)
+		a.x.attributed.Add(1)
+		a.x.acc.byAccept.Add(1)
 		gc := *g
 		it.r.Generation = &gc
 		a.t.ObserveHandshake(g, it.r.Group)
 		a.next(it.r)
 	case acceptUnknown:
 		if last {
-			a.t.acc.unknownPid.Add(1)
+			a.x.acc.unknownPid.Add(1)
 		}
 	}
 	return res

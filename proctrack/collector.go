@@ -80,7 +80,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.ringDrops, prometheus.CounterValue, float64(as.RingDrops))
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	for _, g := range t.order {
+	for _, g := range t.st.order {
 		id := g.id
 		ch <- prometheus.MustNewConstMetric(c.cpu, prometheus.CounterValue,
 			float64(g.exitedTicks+g.liveTicks)/float64(t.cfg.ClockTicks), id)
@@ -102,7 +102,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range []struct {
 		method string
 		n      uint64
-	}{{"accept", t.acc.byAccept.Load()}, {"quiet", t.quiet.Load()}, {"socket", t.bySocket.Load()}, {"listener", t.byListener.Load()}, {"none", t.unattributed.Load()}, {"skipped", t.skipped.Load()}} {
+	}{{"accept", t.ix.acc.byAccept.Load()}, {"quiet", t.ix.quiet.Load()}, {"socket", t.ix.bySocket.Load()}, {"listener", t.ix.byListener.Load()}, {"none", t.ix.unattributed.Load()}, {"skipped", t.ix.skipped.Load()}} {
 		ch <- prometheus.MustNewConstMetric(c.attrib, prometheus.CounterValue, float64(m.n), m.method)
 	}
 }

@@ -1,12 +1,6 @@
 package proctrack
 
-import (
-	"os"
-	"strconv"
-	"sync"
-
-	"github.com/pqwatch/pqwatch/record"
-)
+import "sync"
 
 // hotFDs remembers, per serving process, the fd numbers where its accepted
 // connections were last found. A server reuses the lowest free fd for each
@@ -47,28 +41,4 @@ func (h *hotFDs) get(pid int, dst []int) []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append(dst, h.fds[pid]...)
-}
-
-// probeHot looks for socket inode ino at the remembered fd numbers of the
-// serving processes.
-func (t *Tracker) probeHot(ino uint64) (*record.Generation, bool) {
-	var buf [16]servingTarget
-	targets := t.servingTargets(buf[:0])
-	var fdBuf [hotPerPID]int
-	for _, tg := range targets {
-		if tg.rec == nil {
-			continue
-		}
-		for _, fd := range t.hot.get(tg.pid, fdBuf[:0]) {
-			l, err := os.Readlink(t.path(tg.pid, "fd/"+strconv.Itoa(fd)))
-			if err != nil {
-				continue
-			}
-			if got, err := parseSocketLink(l); err == nil && got == ino {
-				t.hot.note(tg.pid, fd)
-				return tg.rec, true
-			}
-		}
-	}
-	return nil, false
 }

@@ -48,18 +48,18 @@ const listenerTTL = time.Second
 // nginx binary swap both masters hold the inherited listener, so the answer
 // is "unknown" then, never a guess. WorkerPID is left unset: any worker of
 // the generation may have accepted the connection.
-func (t *Tracker) attributeListener(server netip.AddrPort) (*record.Generation, bool) {
-	o := t.listenerOwnerCached(server, false, time.Time{})
+func (x *attribIndex) attributeListener(server netip.AddrPort) (*record.Generation, bool) {
+	o := x.listenerOwnerCached(server, false, time.Time{})
 	return o.gen, o.gen != nil
 }
 
 // listenerOwnerCached is listenerOwner, cached for listenerTTL, and never
 // older than notBefore.
-func (t *Tracker) listenerOwnerCached(server netip.AddrPort, udp bool, notBefore time.Time) owner {
-	c := &t.listeners
+func (x *attribIndex) listenerOwnerCached(server netip.AddrPort, udp bool, notBefore time.Time) owner {
+	c := &x.listeners
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := t.cfg.Now()
+	now := x.now()
 	k := listenerKey{server, udp}
 	if e, ok := c.entries[k]; ok && now.Sub(e.at) < listenerTTL && !e.at.Before(notBefore) {
 		return e.owner
@@ -67,17 +67,17 @@ func (t *Tracker) listenerOwnerCached(server netip.AddrPort, udp bool, notBefore
 	if c.entries == nil || len(c.entries) > 256 {
 		c.entries = make(map[listenerKey]listenerEntry)
 	}
-	o := t.listenerOwner(server, udp)
+	o := x.listenerOwner(server, udp)
 	c.entries[k] = listenerEntry{at: now, owner: o}
 	return o
 }
 
 // listenerOwner finds who holds the listening TCP sockets (udp: the
 // unconnected UDP sockets) of server.
-func (t *Tracker) listenerOwner(server netip.AddrPort, udp bool) owner {
-	dump := t.diag.listeners
+func (x *attribIndex) listenerOwner(server netip.AddrPort, udp bool) owner {
+	dump := x.diag.listeners
 	if udp {
-		dump = t.diag.udpBound
+		dump = x.diag.udpBound
 	}
 	ls, err := dump()
 	if err != nil {
@@ -97,7 +97,7 @@ func (t *Tracker) listenerOwner(server netip.AddrPort, udp bool) owner {
 	}
 	var found, single *record.Generation
 	procs, marked := 0, 0 // serving processes of found's generation; inodes seen held
-	for _, tg := range t.servingTargets(nil) {
+	for _, tg := range x.servingTargets(nil) {
 		if tg.rec == nil {
 			continue
 		}
@@ -109,7 +109,7 @@ func (t *Tracker) listenerOwner(server netip.AddrPort, udp bool) owner {
 			continue
 		}
 		held, shared := false, false
-		t.eachSocket(tg.pid, func(_ int, ino uint64) bool {
+		eachSocket(x.root, tg.pid, func(_ int, ino uint64) bool {
 			seen, ok := inodes[ino]
 			if !ok {
 				return true

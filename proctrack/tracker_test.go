@@ -256,7 +256,7 @@ pqwatch_generation_handshakes_total{generation=%[1]q,group="x25519"} 1
 }
 
 func TestEvictOldestExited(t *testing.T) {
-	tr := quietTracker(t, Config{MaxGenerations: 3})
+	tr := newSwapState(swapConfig{maxGenerations: 3})
 	mk := func(pid int, alive bool) *generation {
 		g := &generation{key: procKey{pid, 1}, id: fmt.Sprint("g", pid), alive: alive, handshakes: map[string]uint64{}}
 		tr.gens[g.key] = g
@@ -274,8 +274,8 @@ func TestEvictOldestExited(t *testing.T) {
 	for _, g := range tr.order {
 		ids = append(ids, g.id)
 	}
-	if got := strings.Join(ids, ","); got != "g2,g4,g5" || d.parent != nil || tr.evicted.Load() != 2 {
-		t.Fatalf("kept %s (parent %v, evicted %d)", got, d.parent, tr.evicted.Load())
+	if got := strings.Join(ids, ","); got != "g2,g4,g5" || d.parent != nil || tr.evicted != 2 {
+		t.Fatalf("kept %s (parent %v, evicted %d)", got, d.parent, tr.evicted)
 	}
 	_ = a
 }
