@@ -102,3 +102,85 @@ func TestDecidedEntriesLetGo(t *testing.T) {
 		}
 	}
 }
+
+// FuzzJoinerAccounting drives the joiner with an arbitrary sequence of
+// handshakes, lines (with and without ports, with long fields) and clock
+// steps under a small budget: every handshake is emitted exactly once by
+// Flush, the bytes counted equal the sum over the stored entries, and they
+// never pass the budget.
+func FuzzJoinerAccounting(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{1, 1, 1, 0, 0, 0, 2, 255, 3, 3, 3, 1, 0, 2})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const budget = 64 << 10
+		emitted := map[*record.Handshake]int{}
+		var added []*record.Handshake
+		j := New(Options{MaxPending: 50, MaxPendingBytes: budget, Emit: func(h *record.Handshake) { emitted[h]++ }})
+		now := t0
+		for i := 0; i+1 < len(ops); i += 2 {
+			op, arg := ops[i]%4, ops[i+1]
+			addr := fmt.Sprintf("10.0.0.%d", arg%4)
+			port := uint16(arg % 8)
+			at := now.Sub(t0) + time.Duration(arg%16)*time.Second - 4*time.Second
+			switch op {
+			case 0:
+				h := hs(addr, 1000+port, at, "x25519")
+				if arg&0x80 != 0 {
+					h.Outcome = record.OutcomeReset
+				}
+				added = append(added, h)
+				j.AddHandshake(h, now)
+			case 1, 2:
+				p := uint16(0)
+				if op == 1 {
+					p = 1000 + port
+				}
+				l := line(addr, p, at, "/"+strings.Repeat("x", int(arg)*40))
+				j.AddLine(l, now)
+			case 3:
+				now = now.Add(time.Duration(arg) * time.Second)
+				j.Tick(now)
+			}
+			checkAccounting(t, j, budget)
+		}
+		j.Flush()
+		checkAccounting(t, j, budget)
+		for _, h := range added {
+			if emitted[h] != 1 {
+				t.Fatalf("handshake %s emitted %d times", h.Client, emitted[h])
+			}
+		}
+	})
+}
+
+func checkAccounting(t *testing.T, j *Joiner, budget int) {
+	t.Helper()
+	sum, n := 0, 0
+	seen := map[*entry]bool{}
+	for _, m := range []map[key][]*entry{j.hsByKey, j.lineByKey} {
+		for _, es := range m {
+			for _, e := range es {
+				if !seen[e] {
+					seen[e] = true
+					sum += e.bytes
+					n++
+				}
+			}
+		}
+	}
+	for _, es := range j.lineAddr {
+		for _, e := range es {
+			if !seen[e] {
+				seen[e] = true
+				sum += e.bytes
+				n++
+			}
+		}
+	}
+	if sum != j.bytes || n != j.live {
+		t.Fatalf("counted %d bytes in %d entries, the stored entries hold %d in %d", j.bytes, j.live, sum, n)
+	}
+	if j.bytes > budget {
+		t.Fatalf("%d bytes stored, over the %d budget", j.bytes, budget)
+	}
+}

@@ -388,7 +388,8 @@ func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
 		}
 	}
 	j.store(e)
-	if best != nil {
+	// Storing may have evicted best (the oldest entry).
+	if best != nil && !best.removed {
 		j.join(e, best)
 	}
 }
@@ -414,7 +415,10 @@ func (j *Joiner) AddLine(l Line, now time.Time) {
 			switch h.state {
 			case statePending:
 				j.store(e)
-				j.join(h, e)
+				// Storing may have evicted h (the oldest entry).
+				if !h.removed {
+					j.join(h, e)
+				}
 				return
 			case stateJoined:
 				j.source(l.Log.Source).Extra++
