@@ -27,13 +27,18 @@
 // candidates; with none the handshake fails ("no mutual group").
 //
 //   - [ModeGo]: Go crypto/tls 1.24 and later, and so Caddy
-//     (crypto/tls/handshake_server_tls13.go). Among the candidates in server
-//     order: a PQ group first, and among PQ groups one the client sent a key
-//     share for; if the client lists a mutual PQ group but sent no share for
-//     it, the server asks for it with an HRR. Without a mutual PQ group: the
-//     first candidate with a key share, else the first candidate via HRR.
-//     (Go orders by its own fixed preference list, filtered by
-//     Config.CurvePreferences; [GoPolicy] is Go 1.26's default list.)
+//     (crypto/tls/handshake_server_tls13.go of Go 1.26: the candidates are
+//     sorted stably, first those the client sent a key share for, then, as
+//     the stronger key, the PQ ones). So: a PQ candidate the client sent a
+//     share for; else a PQ candidate, asked for with an HRR; else a
+//     candidate with a key share; else the first candidate via HRR. Go
+//     orders the candidates by its own fixed preference list
+//     (X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, x25519,
+//     secp256r1, secp384r1, secp521r1), Config.CurvePreferences only
+//     filters it; so [ParsePolicy] puts a go policy's groups in that order
+//     (groups Go does not implement, which a Go server never picks, keep
+//     their order after them). [GoPolicy] is Go 1.26's default list,
+//     [CaddyPolicy] Caddy 2.11's.
 //   - [ModeTuples]: OpenSSL 3.5 and later (SSL_CTX_set1_groups_list with
 //     "/" tuples). The server walks its tuples in order and stops at the
 //     first tuple holding a candidate. Inside that tuple a group the client
@@ -101,6 +106,7 @@ package forecast
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -130,15 +136,16 @@ func (m Mode) String() string {
 	return "mode(" + strconv.Itoa(int(m)) + ")"
 }
 
-// ParseMode accepts "go" (also "caddy"), "openssl3.5" (also "tuples",
-// "openssl") and "openssl3.0" (also "client-share").
+// ParseMode accepts "go" (also "caddy"), "openssl3.5" (also "openssl35",
+// "tuples", "openssl") and "openssl3.0" (also "openssl30",
+// "client-share").
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "go", "caddy", "crypto/tls":
 		return ModeGo, nil
-	case "openssl3.5", "openssl", "tuples":
+	case "openssl3.5", "openssl35", "openssl", "tuples":
 		return ModeTuples, nil
-	case "openssl3.0", "client-share", "clientshare":
+	case "openssl3.0", "openssl30", "client-share", "clientshare":
 		return ModeClientShare, nil
 	}
 	return 0, fmt.Errorf("%w: unknown mode %q (want go, openssl3.5 or openssl3.0)", ErrPolicy, s)
@@ -170,13 +177,68 @@ var GoPolicy = Policy{
 	Mode:   ModeGo,
 }
 
+// CaddyPolicy is Caddy 2.11's default (modules/caddytls defaultCurves, set
+// as CurvePreferences of Go's crypto/tls): X25519MLKEM768, x25519,
+// secp256r1.
+var CaddyPolicy = Policy{Groups: []uint16{0x11ec, 0x001d, 0x0017}, Mode: ModeGo}
+
+// OpenSSL30Policy is OpenSSL 3.0's built-in default groups, x25519,
+// secp256r1, x448, secp521r1, secp384r1, ffdhe2048 to ffdhe8192, under its
+// client-share rule.
+var OpenSSL30Policy = Policy{
+	Groups: []uint16{0x001d, 0x0017, 0x001e, 0x0019, 0x0018, 0x0100, 0x0101, 0x0102, 0x0103, 0x0104},
+	Mode:   ModeClientShare,
+}
+
+// NamedPolicy returns the built-in policy called name (case-insensitive):
+// "go" ([GoPolicy]), "caddy" ([CaddyPolicy]), "openssl35" or "openssl3.5"
+// ([DefaultPolicy]), "openssl30" or "openssl3.0" ([OpenSSL30Policy]).
+func NamedPolicy(name string) (Policy, bool) {
+	var p Policy
+	switch strings.ToLower(strings.TrimSpace(name)) {
+	case "go":
+		p = GoPolicy
+	case "caddy":
+		p = CaddyPolicy
+	case "openssl35", "openssl3.5":
+		p = DefaultPolicy
+	case "openssl30", "openssl3.0":
+		p = OpenSSL30Policy
+	default:
+		return Policy{}, false
+	}
+	p.Groups = slices.Clone(p.Groups)
+	p.Tuple = slices.Clone(p.Tuple)
+	return p, true
+}
+
+// goOrder is Go 1.26's fixed group preference (defaultCurvePreferences).
+var goOrder = [...]uint16{0x11ec, 0x11eb, 0x11ed, 0x001d, 0x0017, 0x0018, 0x0019}
+
+// goRank is g's place in goOrder, len(goOrder) for a group Go does not
+// implement.
+func goRank(g uint16) int {
+	for i, x := range goOrder {
+		if x == g {
+			return i
+		}
+	}
+	return len(goOrder)
+}
+
 // ParsePolicy reads a server preference list: group names separated by ","
 // or ":" (IANA names, OpenSSL aliases such as X25519, P-256, prime256v1, or
 // 0x hex codepoints), case-insensitive. "/" separates OpenSSL 3.5 tuples and
 // makes the policy ModeTuples; otherwise it is ModeGo. OpenSSL's "*" and "?"
 // prefixes are accepted and ignored. An optional "mode=" prefix ("go=",
-// "openssl3.5=", "openssl3.0=") picks the mode explicitly.
+// "caddy=", "openssl3.5=", "openssl3.0=") picks the mode explicitly. A
+// name of [NamedPolicy] alone ("go", "caddy", "openssl35", "openssl30") is
+// that built-in policy. In mode go the groups are put in Go's own order
+// (see the package doc) and tuples are dropped: Go has none.
 func ParsePolicy(s string) (Policy, error) {
+	if p, ok := NamedPolicy(s); ok {
+		return p, nil
+	}
 	var p Policy
 	mode, explicit := ModeGo, false
 	if i := strings.IndexByte(s, '='); i >= 0 {
@@ -223,6 +285,10 @@ func ParsePolicy(s string) (Policy, error) {
 		p.Mode = mode
 	case tuples:
 		p.Mode = ModeTuples
+	}
+	if p.Mode == ModeGo {
+		p.Tuple = nil
+		slices.SortStableFunc(p.Groups, func(a, b uint16) int { return goRank(a) - goRank(b) })
 	}
 	return p, nil
 }

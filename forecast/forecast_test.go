@@ -220,7 +220,15 @@ func TestParsePolicy(t *testing.T) {
 		err  bool
 	}{
 		{in: "X25519MLKEM768,x25519,secp256r1", want: Policy{Groups: []uint16{mlkem, x25519, p256}}},
-		{in: "X25519:P-256:prime256v1:0x11EC", want: Policy{Groups: []uint16{x25519, p256, mlkem}}},
+		// Mode go: Go's own order, whatever the list's.
+		{in: "X25519:P-256:prime256v1:0x11EC", want: Policy{Groups: []uint16{mlkem, x25519, p256}}},
+		{in: "caddy=secp256r1,x448,x25519 / X25519MLKEM768", want: Policy{Groups: []uint16{mlkem, x25519, p256, x448}}},
+		{in: "go", want: GoPolicy},
+		{in: " Caddy ", want: CaddyPolicy},
+		{in: "openssl35", want: DefaultPolicy},
+		{in: "OpenSSL3.5", want: DefaultPolicy},
+		{in: "openssl30", want: OpenSSL30Policy},
+		{in: "openssl35=X25519MLKEM768/x25519", want: Policy{Groups: []uint16{mlkem, x25519}, Tuple: []uint8{0, 1}, Mode: ModeTuples}},
 		{in: "?*X25519MLKEM768 / ?*X25519:?secp256r1 / ?X448:?secp384r1:?secp521r1 / ?ffdhe2048:?ffdhe3072", want: DefaultPolicy},
 		{in: "openssl3.0=X25519:prime256v1", want: Policy{Groups: []uint16{x25519, p256}, Mode: ModeClientShare}},
 		{in: "go=SecP256r1MLKEM768, P-384, p-521", want: Policy{Groups: []uint16{p256mk, p384, p521}}},
