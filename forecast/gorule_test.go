@@ -1,9 +1,6 @@
 package forecast_test
 
 import (
-	"crypto/ecdh"
-	"crypto/mlkem"
-	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -12,88 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/cryptobyte"
-
 	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/pcapgen"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
-
-// keyShare returns a valid client key share for group g.
-func keyShare(t *testing.T, g uint16) []byte {
-	t.Helper()
-	x25519 := func() []byte {
-		k, err := ecdh.X25519().GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k.PublicKey().Bytes()
-	}
-	switch g {
-	case 0x001d:
-		return x25519()
-	case 0x0017, 0x0018, 0x0019:
-		c := map[uint16]ecdh.Curve{0x0017: ecdh.P256(), 0x0018: ecdh.P384(), 0x0019: ecdh.P521()}[g]
-		k, err := c.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k.PublicKey().Bytes()
-	case 0x11ec: // ML-KEM-768 encapsulation key, then X25519
-		dk, err := mlkem.GenerateKey768()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return append(dk.EncapsulationKey().Bytes(), x25519()...)
-	}
-	t.Fatalf("no key share for %#x", g)
-	return nil
-}
-
-// rawClientHello builds a TLS 1.3 ClientHello (handshake message, header
-// included) listing offered in supported_groups and sending one key share
-// per group of shares, in that order.
-func rawClientHello(t *testing.T, offered, shares []uint16) []byte {
-	t.Helper()
-	var b cryptobyte.Builder
-	b.AddUint8(1) // client_hello
-	b.AddUint24LengthPrefixed(func(b *cryptobyte.Builder) {
-		b.AddUint16(0x0303)
-		b.AddBytes(make([]byte, 32)) // random
-		b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(make([]byte, 32)) })
-		b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddUint16(0x1301) })
-		b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddUint8(0) })
-		b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
-			ext := func(typ uint16, body func(b *cryptobyte.Builder)) {
-				b.AddUint16(typ)
-				b.AddUint16LengthPrefixed(body)
-			}
-			ext(43, func(b *cryptobyte.Builder) { // supported_versions
-				b.AddUint8LengthPrefixed(func(b *cryptobyte.Builder) { b.AddUint16(0x0304) })
-			})
-			ext(10, func(b *cryptobyte.Builder) { // supported_groups
-				b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
-					for _, g := range offered {
-						b.AddUint16(g)
-					}
-				})
-			})
-			ext(13, func(b *cryptobyte.Builder) { // signature_algorithms
-				b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddUint16(0x0403) })
-			})
-			ext(51, func(b *cryptobyte.Builder) { // key_share
-				b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) {
-					for _, g := range shares {
-						b.AddUint16(g)
-						b.AddUint16LengthPrefixed(func(b *cryptobyte.Builder) { b.AddBytes(keyShare(t, g)) })
-					}
-				})
-			})
-		})
-	})
-	return b.BytesOrPanic()
-}
 
 // goServerChoice sends ch to a crypto/tls server with curves (nil: its
 // defaults) and returns the group of its ServerHello or HelloRetryRequest
@@ -207,7 +128,10 @@ func TestGoRuleMatchesCryptoTLS(t *testing.T) {
 				if len(sh) == 0 && len(off) > 2 {
 					continue // bounded: no-share cases only for short lists
 				}
-				ch := rawClientHello(t, off, sh)
+				ch, err := testenv.RawClientHello(off, sh, "")
+				if err != nil {
+					t.Fatal(err)
+				}
 				g, hrr, ok := goServerChoice(t, cert, sv.curves, ch)
 				r := &record.Handshake{JA4: "t13d0101h1_000000000000_000000000000", OfferedIDs: off, KeyShareIDs: sh, ClientHelloBytes: len(ch)}
 				o := forecast.Predict(p, r)

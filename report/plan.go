@@ -172,6 +172,10 @@ type Plan struct {
 	ClassicalFamilies []FamilyRow `json:"classical_client_families"`
 	FamiliesOverflow  int         `json:"classical_client_families_overflow,omitempty"`
 
+	// PolicyCheck checks the records kept against declared policies (set
+	// by the caller: NewPolicyCheck).
+	PolicyCheck *PolicyCheck `json:"policy_check,omitempty"`
+
 	policy   forecast.Policy
 	ids      map[uint64]struct{} // maphash of each id seen
 	seed     maphash.Seed
@@ -308,6 +312,9 @@ func (pl *Plan) Add(r *record.Handshake) {
 		sni = PlanNoSNI
 	}
 	scopes := [...]*PlanFigures{pl.PlanFigures, pl.row(pl.Nodes, node), pl.row(pl.Servers, r.Server), pl.row(pl.snis, sni)}
+	if pl.PolicyCheck != nil {
+		pl.PolicyCheck.Add(r)
+	}
 	o := forecast.Predict(pl.policy, r)
 	var cost recordCost
 	if len(pl.Costs) > 0 {
@@ -624,6 +631,9 @@ func (pl *Plan) WriteText(w io.Writer) error {
 		if pl.FamiliesOverflow > 0 {
 			fmt.Fprintf(&b, "  (%d handshakes past %d families counted as %q)\n", pl.FamiliesOverflow, MaxJA4, PlanOther)
 		}
+	}
+	if pl.PolicyCheck != nil {
+		b.WriteString("\n" + pl.PolicyCheck.Text())
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -105,6 +105,9 @@ type Summary struct {
 	ServerErrors []string `json:"server_errors,omitempty"`
 	// Forecast is the migration forecast section.
 	Forecast *Forecast `json:"forecast,omitempty"`
+	// Policy is the policy check (set by the caller when policies are
+	// declared: NewPolicyCheck).
+	Policy *PolicyCheck `json:"policy,omitempty"`
 
 	mu        sync.Mutex // Write may be called from several goroutines
 	classical map[classicalKey]int
@@ -197,6 +200,9 @@ func (s *Summary) Write(r *record.Handshake) error {
 	s.mu.Lock()
 	s.add(r)
 	s.Forecast.Add(r)
+	if s.Policy != nil {
+		s.Policy.Add(r)
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -471,6 +477,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 	if s.Forecast != nil {
 		b.WriteString("\n")
 		b.WriteString(s.Forecast.Text())
+	}
+	if s.Policy != nil {
+		b.WriteString("\n")
+		b.WriteString(s.Policy.Text())
 	}
 	if len(s.Errors) > 0 {
 		b.WriteString("\ninput problems (counted, skipped)\n")

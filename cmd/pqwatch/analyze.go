@@ -42,6 +42,7 @@ type commonFlags struct {
 	ports         string
 	maxFlows      int
 	forecast      string
+	expect        listFlag
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
@@ -56,6 +57,7 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ports, "ports", "", "only TCP/UDP `ports` (comma-separated) are examined; TLS is found by content on any port by default")
 	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows, least recently active evicted (run: per capture worker)")
 	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5= or openssl3.0= for the selection rule; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
+	registerExpect(fs, &c.expect)
 }
 
 func (c *commonFlags) validate() error {
@@ -161,13 +163,19 @@ func (c *commonFlags) offline(files []string, stderr io.Writer) (*pipeline.Offli
 	if err != nil {
 		return nil, err
 	}
+	es, err := expectations(c.expect)
+	if err != nil {
+		return nil, err
+	}
 	logs, err := c.logFiles()
 	if err != nil {
 		return nil, err
 	}
+	sum := report.New(policy)
+	sum.Policy = policyCheck(es)
 	return &pipeline.Offline{
 		Files: files, Sniffer: sniffer.Config{MaxFlows: c.maxFlows}, Logs: logs,
-		Summary: report.New(policy), Stderr: stderr,
+		Summary: sum, Stderr: stderr,
 	}, nil
 }
 

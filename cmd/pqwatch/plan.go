@@ -24,7 +24,7 @@ const maxPlanLine = 4 << 20
 func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("plan", "usage: pqwatch plan [flags] [FILE...]\n\nRead handshake records or rollup rows (JSONL, plain or gzip; - reads stdin; or -kafka-brokers) from many nodes and plan what a server policy costs: per node, per server, top SNIs.", stderr)
 	var (
-		cf     commonFlags // only -forecast-groups is registered
+		cf     commonFlags // only -forecast-groups and -expect-policy are registered
 		costs  listFlag
 		format string
 		out    string
@@ -32,6 +32,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	fs.StringVar(&cf.forecast, "forecast-groups", "", "server `groups` in preference order for the plan, as in analyze (default: OpenSSL 3.5's default policy)")
 	fs.Var(&costs, "costs", "loadgen results.json as `[SERVERS=]FILE`: server CPU per handshake by group; SERVERS (address:port, comma-separated) limits it to those servers, else it applies to every server (repeatable)")
+	registerExpect(fs, &cf.expect)
 	fs.StringVar(&format, "format", "text", "output `format`: text, json or csv")
 	fs.StringVar(&out, "o", "-", "output `FILE` (- for stdout)")
 	pk.register(fs)
@@ -71,7 +72,13 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		pc = append(pc, p)
 	}
+	es, err := expectations(cf.expect)
+	if err != nil {
+		fmt.Fprintln(stderr, "pqwatch plan:", err)
+		return exitUsage
+	}
 	plan := report.NewPlan(policy, pc)
+	plan.PolicyCheck = policyCheck(es)
 	var kinds planKinds
 	failed, sources := 0, fs.NArg()
 	for _, path := range fs.Args() {

@@ -119,6 +119,11 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 		}
 		cfg.Forecast = &p
 	}
+	es, err := expectations(rf.expect)
+	if err != nil {
+		return cfg, nil, err
+	}
+	addPolicyMetric(&cfg, es)
 	if cfg.Kafka, err = rf.kafka.config(os.Getenv, logger); err != nil {
 		return cfg, nil, err
 	}
@@ -173,6 +178,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			policy = *cfg.Forecast
 		}
 		sum = report.New(policy)
+		es, _ := expectations(rf.expect) // parsed in agentConfig
+		sum.Policy = policyCheck(es)
 		cfg.Sinks = append(cfg.Sinks, sum)
 	}
 	if hard := hardStop(ctx); hard != nil {
