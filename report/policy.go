@@ -410,7 +410,10 @@ func groupNames(gs []uint16) []string {
 // Text renders the policy check section of the text reports.
 func (pc *PolicyCheck) Text() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "policy check (%s)\n", strings.Join(pc.Expect, "; "))
+	b.WriteString("policy check\n")
+	for _, e := range pc.Expect {
+		fmt.Fprintf(&b, "  %-12s %s\n", "declared", e)
+	}
 	fmt.Fprintf(&b, "  %-12s %d of %d handshakes are of a server with a declared policy\n", "covered", pc.Covered, pc.Handshakes)
 	fmt.Fprintf(&b, "  %-12s %d", "checked", pc.Checked)
 	if n := pc.Covered - pc.Checked; n > 0 {
@@ -448,7 +451,7 @@ func (pc *PolicyCheck) Text() string {
 				fmt.Fprintf(&b, "    ... %d more listed in -format json\n", len(pc.First)-i)
 				break
 			}
-			fmt.Fprintf(&b, "    %s %s -> %s sni %q ja4 %s offered [%s] shares [%s]: %s\n", v.TS.UTC().Format("15:04:05.000000"), v.Client, v.Server, v.SNI, v.JA4,
+			fmt.Fprintf(&b, "    %s %s -> %s sni %q ja4 %s offered [%s] shares [%s]: %s\n", v.TS.UTC().Format("2006-01-02T15:04:05.000000Z"), v.Client, v.Server, v.SNI, v.JA4,
 				strings.Join(v.OfferedGroups, ","), strings.Join(v.KeyShares, ","), v.Reason)
 		}
 	}

@@ -200,7 +200,7 @@ func TestPolicyCheckSection(t *testing.T) {
 	}
 	b.Reset()
 	s.WriteText(&b)
-	for _, want := range []string{"policy check (127.0.0.1:8443=go=", "violations   2 (classical_instead_of_pq 2)", "checked      3 (1 not checkable: no ServerHello or HRR with a group 1)",
+	for _, want := range []string{"policy check\n  declared     127.0.0.1:8443=go=X25519MLKEM768,", "violations   2 (classical_instead_of_pq 2)", "checked      3 (1 not checkable: no ServerHello or HRR with a group 1)",
 		`sni "legacy.test"`, "offered [X25519MLKEM768,x25519] shares [X25519MLKEM768,x25519]: policy predicts X25519MLKEM768"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, b.String())

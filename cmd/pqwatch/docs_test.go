@@ -813,6 +813,7 @@ func TestContractSummary(t *testing.T) {
 	for heading, typ := range map[string]reflect.Type{
 		"The summary (`-format json`)": reflect.TypeFor[report.Summary](),
 		"`forecast`":                   reflect.TypeFor[report.Forecast](),
+		"`policy`":                     reflect.TypeFor[report.PolicyCheck](),
 	} {
 		tags := jsonTags(typ)
 		var doc []string
@@ -967,6 +968,8 @@ func agentMetrics(t *testing.T) (map[string][]string, map[string]string) {
 		_ = k.Close(ctx)
 	})
 	d.MustRegister(k.Collector())
+	// With -expect-policy (cmd/pqwatch/policy.go).
+	exporter.NewPolicyMetrics(d, []uint16{443})
 	return d.labels, gatheredTypes(t, d.reg)
 }
 
@@ -1076,7 +1079,7 @@ func TestDocMetrics(t *testing.T) {
 		}
 	}
 	for name := range labels {
-		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && present[name] != "with an access log" && (a.Processes() != nil || present[name] != "tracking") {
+		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && present[name] != "with an access log" && present[name] != "with `-expect-policy`" && (a.Processes() != nil || present[name] != "tracking") {
 			t.Errorf("docs/contract.md says %s is there %s; the agent's registry has no %s", name, present[name], name)
 		}
 	}

@@ -261,6 +261,11 @@ func TestPolicyCheckLive(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	capt.Stop()
+	if dir := os.Getenv("PQWATCH_KEEP_CAPTURE"); dir != "" {
+		b, _ := os.ReadFile(capt.File)
+		_ = os.WriteFile(filepath.Join(dir, "policy.pcap"), b, 0o644)
+		t.Logf("kept %s; -expect-policy %s", filepath.Join(dir, "policy.pcap"), strings.Join(expect, " "))
+	}
 
 	// Ground truth: the correct Go server's answer per client kind (the
 	// same in every round, or the test is void), and each handshake of the
