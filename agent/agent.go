@@ -429,6 +429,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Drain: capture has stopped; flush flows, then logs, then sinks.
 	stopTails()
 	tails.Wait()
+	a.judgeShortLogs()
 	for _, w := range a.workers {
 		w.mu.Lock()
 		w.sn.Flush()

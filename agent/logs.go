@@ -38,8 +38,8 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 	}
 	access := func(path, how string, lr *logjoin.LineReader) {
 		src := lr.Source()
-		m := matchCheck{path: path, how: how, lr: lr, log: a.log}
-		f := &logFile{lf: logjoin.LogFile{Path: path, Source: src, Format: lr.FormatName(), How: how}}
+		m := &matchCheck{path: path, how: how, lr: lr, log: a.log}
+		f := &logFile{lf: logjoin.LogFile{Path: path, Source: src, Format: lr.FormatName(), How: how}, m: m}
 		a.logMu.Lock()
 		a.logFiles = append(a.logFiles, f)
 		a.logMu.Unlock()
@@ -115,7 +115,15 @@ func (m *matchCheck) add(line []byte, res logjoin.LineResult, why error) {
 	} else if m.firstErr == nil {
 		m.firstBad, m.firstErr = string(line[:min(len(line), 200)]), why
 	}
-	if m.n == matchSample && m.good*10 < m.n*9 {
+	if m.n == matchSample {
+		m.judge()
+	}
+}
+
+// judge warns when under 90% of the lines seen can be joined. The tailer
+// calls it at the 100th line; the drain for a log that had fewer.
+func (m *matchCheck) judge() {
+	if m.good*10 < m.n*9 {
 		hint := "pass its format: -nginx-conf FILE, -nginx-log-as NAME=" + m.path + ", or -nginx-log-format 'DEFINITION'"
 		if m.lr.Source() == logjoin.SourceCaddy {
 			hint = "-caddy-log reads Caddy's JSON access log (the http.log.access logger, format json)"
@@ -148,6 +156,20 @@ type logFile struct {
 	mu sync.Mutex
 	lf logjoin.LogFile
 	n  int // lines read, empty ones included: FirstBad counts them
+	m  *matchCheck
+}
+
+// judgeShortLogs warns, once the tails have stopped, about each access log
+// that matched badly in fewer lines than the tailer's sample: a log read
+// in the wrong format is never silent, however few lines it had.
+func (a *Agent) judgeShortLogs() {
+	a.logMu.Lock()
+	defer a.logMu.Unlock()
+	for _, f := range a.logFiles {
+		if f.m.n > 0 && f.m.n < matchSample {
+			f.m.judge()
+		}
+	}
 }
 
 func (f *logFile) add(line []byte, res logjoin.LineResult, why error) {

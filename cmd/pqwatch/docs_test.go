@@ -9,10 +9,13 @@ package main
 // the code has, and every pqwatch_* metric a doc or a dashboard names
 // exists.
 //
-// Not checked: command lines that need files outside the repository (a
-// capture of one's own, /etc/nginx, a live interface), run, loadgen and demo
-// examples (they need root, a server or time), prose that is not a flag,
-// field, key, group or metric name.
+// The run, loadgen and demo examples run in TestDocExamplesLive
+// (docs_examples_live_test.go: as root, on loopback, against servers the
+// test starts, with their files and ports substituted and short durations).
+//
+// Not checked: analyze command lines that need files outside the
+// repository (a capture of one's own, /etc/nginx), prose that is not a
+// flag, field, key, group or metric name.
 
 import (
 	"bytes"
