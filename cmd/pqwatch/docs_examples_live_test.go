@@ -166,6 +166,9 @@ func (e *exampleEnv) substitute(t *testing.T, ex example) (argv []string, useNgi
 	if len(args) == 0 && ex.span && ex.cmd != "demo" {
 		return nil, false, "names the command in prose"
 	}
+	if ex.span && len(args) > 0 && strings.HasPrefix(args[len(args)-1], "-") && args[len(args)-1] != "-h" {
+		return nil, false, "names a flag in prose (no value given)"
+	}
 	if slices.Contains(args, "-h") {
 		return append([]string{ex.cmd}, args...), false, ""
 	}
