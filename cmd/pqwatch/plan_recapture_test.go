@@ -172,6 +172,11 @@ func TestPlanRecapture(t *testing.T) {
 		t.Fatalf("records: nginx %d, caddy %d, want %d each", len(nrec), len(crec), want)
 	}
 
+	if keep := os.Getenv("PLAN_KEEP_RECORDS"); keep != "" {
+		// The records of docs/plan.md's worked example.
+		writeFile(t, filepath.Join(keep, "nginx.jsonl"), nlines, false)
+	}
+
 	// The plan over the nginx records, as a planner runs it.
 	const caddyPolicy = "go=X25519MLKEM768,x25519,secp256r1"
 	nfile := filepath.Join(t.TempDir(), "nginx.jsonl")

@@ -537,3 +537,81 @@ func TestPlanRollupsEqualRecords(t *testing.T) {
 		t.Errorf("plan over records and rollups: exit %d, %s", code, stderr)
 	}
 }
+
+// docs/plan.md's worked example: the records of TestPlanRecapture's nginx
+// capture (7 Go client configs x 3) split into two nodes, a real loadgen
+// run against Caddy 2.11.9 (caddy-results.json) and Caddy's policy. The
+// text report is the golden file docs/plan.md quotes (its fleet and node
+// sections verbatim), and the cost figures are the arithmetic the doc
+// shows, done here from the loadgen file's own means, mins and maxes.
+func TestPlanWorkedExample(t *testing.T) {
+	dir := filepath.Join("testdata", "plan", "recapture")
+	args := []string{"plan", "-forecast-groups", "go=X25519MLKEM768,x25519,secp256r1", "-costs", filepath.Join(dir, "caddy-results.json"),
+		filepath.Join(dir, "node-a.jsonl"), filepath.Join(dir, "node-b.jsonl")}
+	code, text, stderr := run(t, args...)
+	if code != exitOK {
+		t.Fatalf("plan exits %d: %s", code, stderr)
+	}
+	golden := filepath.Join(dir, "plan.golden")
+	if *update {
+		os.WriteFile(golden, []byte(text), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text != string(want) {
+		t.Errorf("plan text differs from %s (go test -run TestPlanWorkedExample -update):\n%s", golden, text)
+	}
+	doc, _ := os.ReadFile(filepath.Join("..", "..", "docs", "plan.md"))
+	fleet := text[strings.Index(text, "\nfleet\n")+1 : strings.Index(text, "\nserver ")+1]
+	if !strings.Contains(string(doc), fleet) {
+		t.Errorf("docs/plan.md does not quote the worked example's fleet and node sections:\n%s", fleet)
+	}
+
+	// The arithmetic, from the loadgen file.
+	var res loadgenResults
+	b, _ := os.ReadFile(filepath.Join(dir, "caddy-results.json"))
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	type cost struct{ mean, min, max float64 }
+	c := map[string]cost{}
+	for _, s := range res.Summary {
+		if s.ServerCPUUsPerHandshake != nil && s.ValidTrials > 0 {
+			c[s.Measures] = cost{s.ServerCPUUsPerHandshake.Mean, s.ServerCPUUsPerHandshake.Min, s.ServerCPUUsPerHandshake.Max}
+		}
+	}
+	x, h, p := c["x25519"], c["X25519MLKEM768"], c["secp256r1"]
+	// Today 15 x25519 and 6 secp256r1; under the policy 6 of the x25519
+	// and 3 of the secp256r1 turn X25519MLKEM768.
+	today := 15*x.mean + 6*p.mean
+	extra := 6*(h.mean-x.mean) + 3*(h.mean-p.mean)
+	low := 6*(h.min-x.max) + 3*(h.min-p.max)
+	high := 6*(h.max-x.min) + 3*(h.max-p.min)
+	pl := planJSON(t, args[1:]...)
+	secs := num(t, pl, "window_seconds")
+	for _, tc := range []struct {
+		path []string
+		want float64
+	}{
+		{[]string{"forecast", "pq"}, 9}, {[]string{"hrr"}, 6}, {[]string{"forecast", "hrr"}, 3},
+		{[]string{"extra_handshake_bytes"}, 6*(1120-32) + 3*(1120-65)},
+		{[]string{"cost", "handshakes_costed"}, 21},
+		{[]string{"cost", "server_cpu_seconds_today"}, today / 1e6},
+		{[]string{"cost", "extra_server_cpu_seconds"}, extra / 1e6},
+		{[]string{"cost", "extra_server_cpu_seconds_low"}, low / 1e6},
+		{[]string{"cost", "extra_server_cpu_seconds_high"}, high / 1e6},
+		{[]string{"cost", "extra_server_cpu_cores"}, extra / 1e6 / secs},
+		{[]string{"cost", "extra_server_cpu_core_seconds_per_day"}, extra / 1e6 / secs * 86400},
+		{[]string{"cost", "extra_percent_of_handshake_cpu"}, 100 * extra / today},
+		{[]string{"cost", "extra_percent_of_handshake_cpu_low"}, 100 * low / today},
+		{[]string{"cost", "extra_percent_of_handshake_cpu_high"}, 100 * high / today},
+	} {
+		if got := num(t, pl, tc.path...); math.Abs(got-tc.want) > 1e-9*math.Max(1, math.Abs(tc.want)) {
+			t.Errorf("%v = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+	t.Logf("x25519 %.2f us, X25519MLKEM768 %.2f, secp256r1 %.2f; today %.1f us, extra %.1f us (%.1f..%.1f) = %+.2f%% over %.3f s",
+		x.mean, h.mean, p.mean, today, extra, low, high, 100*extra/today, secs)
+}
