@@ -392,7 +392,11 @@ func (s *Summary) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pqwatch report\n\n")
 	s.writeInput(&b)
-	fmt.Fprintf(&b, "handshakes         %d (%s)\n", s.Handshakes, kv(s.Transports))
+	if len(s.Transports) > 0 {
+		fmt.Fprintf(&b, "handshakes         %d (%s)\n", s.Handshakes, kv(s.Transports))
+	} else {
+		fmt.Fprintf(&b, "handshakes         %d\n", s.Handshakes)
+	}
 	fmt.Fprintf(&b, "completed          %d\n", s.Completed)
 	fmt.Fprintf(&b, "PQ share           %.1f%% (%d of %d completed negotiated a PQ/hybrid group)\n", 100*s.PQShare, s.PQ, s.Completed)
 	fmt.Fprintf(&b, "PQ offered         %d of %d handshakes\n", s.PQOffered, s.Handshakes)
