@@ -90,6 +90,9 @@ func (pl *Plan) AddRollup(row *RollupRow) {
 		}
 		r := c.record(row.Server)
 		o, w := predictClass(pl.policy, c, &r)
+		if pl.PolicyCheck != nil {
+			pl.PolicyCheck.AddClass(c, &r)
+		}
 		var cost recordCost
 		if len(pl.Costs) > 0 {
 			cost = planRecordCost(pl.table(row.Server), &r, o)

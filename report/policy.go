@@ -152,7 +152,13 @@ var ViolationKinds = []string{ViolationClassical, ViolationPQ, ViolationGroup, V
 // Why a covered record could not be checked (PolicyCheck.Unchecked).
 const (
 	UncheckedNoClientHello = "no ClientHello"
-	UncheckedNoChoice      = "no ServerHello or HRR with a group" // the server's choice is not on the wire (failed, TLS 1.2 without a parsed key exchange, resumed, psk_ke)
+	// UncheckedNoChoice: the server's choice is not on the wire (failed
+	// before a ServerHello, TLS 1.2 without a parsed key exchange,
+	// resumed, psk_ke); the reason goes on with the record's outcome in
+	// parentheses: "(alert:handshake_failure)", "(timeout)", "(ok,
+	// group_missing resumed)".
+	UncheckedNoChoice = "no ServerHello or HRR with a group"
+	UncheckedFolded   = "offer folded in the rollup" // a rollup's other class: no offer to predict from
 )
 
 // PolicyResult is one record checked against its server's declared policy.
@@ -209,7 +215,14 @@ func CheckPolicy(es Expectations, r *record.Handshake) PolicyResult {
 		res.Checked = true
 		return res
 	case obsName == "":
-		res.Unchecked = UncheckedNoChoice
+		why := r.Outcome
+		switch {
+		case r.Alert != "":
+			why += ":" + r.Alert
+		case r.GroupMissing != "":
+			why += ", group_missing " + r.GroupMissing
+		}
+		res.Unchecked = UncheckedNoChoice + " (" + why + ")"
 		return res
 	}
 	res.Checked = true
@@ -292,9 +305,12 @@ type PolicyServer struct {
 }
 
 // PolicyViolation is one listed violation, with what its ClientHello said.
+// From a rollup offer class it stands for Count handshakes and has no ts,
+// client, SNI or JA4.
 type PolicyViolation struct {
-	TS            time.Time `json:"ts"`
-	Client        string    `json:"client"`
+	Count         int       `json:"count"`
+	TS            time.Time `json:"ts,omitzero"`
+	Client        string    `json:"client,omitempty"`
 	Server        string    `json:"server"`
 	SNI           string    `json:"sni,omitempty"`
 	JA4           string    `json:"ja4,omitempty"`
@@ -343,23 +359,44 @@ func NewPolicyCheck(es Expectations) *PolicyCheck {
 }
 
 // Add checks one record (OfferedIDs and KeyShareIDs filled).
-func (pc *PolicyCheck) Add(r *record.Handshake) PolicyResult {
-	pc.Handshakes++
+func (pc *PolicyCheck) Add(r *record.Handshake) PolicyResult { return pc.add(r, 1) }
+
+// AddClass checks the c.Handshakes handshakes of a rollup offer class, r
+// being its record (OfferClass.record, sizes set): as many records with
+// those fields would be checked, but that a class carries no hrr_group
+// and no group_missing, so its HRRs without a ServerHello and its TLS 1.2
+// handshakes without ECDHE are not checkable; a folded class (Other) has
+// no offer to predict from.
+func (pc *PolicyCheck) AddClass(c *OfferClass, r *record.Handshake) {
+	if !c.Other {
+		pc.add(r, c.Handshakes)
+		return
+	}
+	pc.Handshakes += c.Handshakes
+	if _, ok := pc.exp.For(r.Server); ok {
+		pc.Covered += c.Handshakes
+		pc.Unchecked[UncheckedFolded] += c.Handshakes
+	}
+}
+
+// add checks r, standing for n handshakes.
+func (pc *PolicyCheck) add(r *record.Handshake, n int) PolicyResult {
+	pc.Handshakes += n
 	res := CheckPolicy(pc.exp, r)
 	if !res.Covered {
 		return res
 	}
-	pc.Covered++
+	pc.Covered += n
 	if !res.Checked {
-		pc.Unchecked[res.Unchecked]++
+		pc.Unchecked[res.Unchecked] += n
 		return res
 	}
-	pc.Checked++
+	pc.Checked += n
 	name := r.Server
 	row := pc.ByServer[name]
 	if row == nil {
 		if len(pc.ByServer) >= MaxPolicyServers {
-			pc.ServersOverflow++
+			pc.ServersOverflow += n
 			name = "(other)"
 			row = pc.ByServer[name]
 		}
@@ -372,22 +409,22 @@ func (pc *PolicyCheck) Add(r *record.Handshake) PolicyResult {
 			pc.ByServer[name] = row
 		}
 	}
-	row.Checked++
+	row.Checked += n
 	if res.Kind == "" {
-		pc.Matched++
-		row.Matched++
+		pc.Matched += n
+		row.Matched += n
 		return res
 	}
-	pc.Violations++
-	row.Violations++
-	pc.ByKind[res.Kind]++
+	pc.Violations += n
+	row.Violations += n
+	pc.ByKind[res.Kind] += n
 	reason := res.Reason
 	if _, seen := row.Reasons[reason]; !seen && len(row.Reasons) >= MaxPolicyReasons {
 		reason = "(other)"
 	}
-	row.Reasons[reason]++
+	row.Reasons[reason] += n
 	if len(pc.First) < PolicyListed {
-		v := PolicyViolation{TS: r.TS, Client: r.Client, Server: r.Server, SNI: r.SNI, JA4: r.JA4,
+		v := PolicyViolation{Count: n, TS: r.TS, Client: r.Client, Server: r.Server, SNI: r.SNI, JA4: r.JA4,
 			OfferedGroups: groupNames(r.OfferedIDs), KeyShares: groupNames(r.KeyShareIDs),
 			Version: r.Version, Group: r.Group, HRR: r.HRR, HRRGroup: r.HRRGroup,
 			Expected: "none", ExpectedHRR: res.Expected.HRR, Kind: res.Kind, Reason: res.Reason}
@@ -450,6 +487,11 @@ func (pc *PolicyCheck) Text() string {
 			if i == 20 {
 				fmt.Fprintf(&b, "    ... %d more listed in -format json\n", len(pc.First)-i)
 				break
+			}
+			if v.Client == "" { // a rollup offer class
+				fmt.Fprintf(&b, "    %d handshakes -> %s (rollup offer class) offered [%s] shares [%s]: %s\n", v.Count, v.Server,
+					strings.Join(v.OfferedGroups, ","), strings.Join(v.KeyShares, ","), v.Reason)
+				continue
 			}
 			fmt.Fprintf(&b, "    %s %s -> %s sni %q ja4 %s offered [%s] shares [%s]: %s\n", v.TS.UTC().Format("2006-01-02T15:04:05.000000Z"), v.Client, v.Server, v.SNI, v.JA4,
 				strings.Join(v.OfferedGroups, ","), strings.Join(v.KeyShares, ","), v.Reason)

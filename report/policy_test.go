@@ -2,8 +2,10 @@ package report
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
@@ -148,7 +150,7 @@ func TestCheckPolicy(t *testing.T) {
 		}
 	}
 	e, _ := ParseExpectation("127.0.0.1:8443=go")
-	if res := CheckPolicy(Expectations{e}, noSH); !res.Covered || res.Checked || res.Unchecked != UncheckedNoChoice {
+	if res := CheckPolicy(Expectations{e}, noSH); !res.Covered || res.Checked || res.Unchecked != UncheckedNoChoice+" (timeout)" {
 		t.Errorf("timeout before a ServerHello: %+v", res)
 	}
 	other := served(browser(), "TLS1.3", x25519, false)
@@ -175,7 +177,7 @@ func TestPolicyCheckSection(t *testing.T) {
 	s.Finish()
 	pc := s.Policy
 	if pc.Handshakes != 5 || pc.Covered != 4 || pc.Checked != 3 || pc.Matched != 1 || pc.Violations != 2 ||
-		pc.ByKind[ViolationClassical] != 2 || pc.Unchecked[UncheckedNoChoice] != 1 || len(pc.First) != 2 {
+		pc.ByKind[ViolationClassical] != 2 || pc.Unchecked[UncheckedNoChoice+" (timeout)"] != 1 || len(pc.First) != 2 {
 		t.Fatalf("%+v", pc)
 	}
 	row := pc.ByServer["127.0.0.1:8443"]
@@ -200,10 +202,76 @@ func TestPolicyCheckSection(t *testing.T) {
 	}
 	b.Reset()
 	s.WriteText(&b)
-	for _, want := range []string{"policy check\n  declared     127.0.0.1:8443=go=X25519MLKEM768,", "violations   2 (classical_instead_of_pq 2)", "checked      3 (1 not checkable: no ServerHello or HRR with a group 1)",
+	for _, want := range []string{"policy check\n  declared     127.0.0.1:8443=go=X25519MLKEM768,", "violations   2 (classical_instead_of_pq 2)", "checked      3 (1 not checkable: no ServerHello or HRR with a group (timeout) 1)",
 		`sni "legacy.test"`, "offered [X25519MLKEM768,x25519] shares [X25519MLKEM768,x25519]: policy predicts X25519MLKEM768"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("text lacks %q:\n%s", want, b.String())
 		}
+	}
+}
+
+// TestPolicyCheckFromRollups: the plan's policy check from rollup rows (the
+// records of TestPlanFromRollupsExact rolled up a minute at a time, read
+// back as JSON) equals the check of the records in every count, by kind,
+// by server and by reason, for policies under which those records match
+// and break it; only the listed violations differ (a class is listed once,
+// with its count and without client details).
+func TestPolicyCheckFromRollups(t *testing.T) {
+	recs := variedRecords(5000, 11)
+	for _, decl := range [][]string{
+		{"10.0.0.1:443=go", "10.0.0.2:443=openssl35"},
+		{"caddy"},
+		{":443=openssl30=x25519,secp256r1"},
+		{"10.0.0.1:443=go=x25519,secp256r1,secp384r1"},
+	} {
+		var es Expectations
+		for _, d := range decl {
+			e, err := ParseExpectation(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			es = append(es, e)
+		}
+		byRec, byRoll := NewPlan(forecast.DefaultPolicy, nil), NewPlan(forecast.DefaultPolicy, nil)
+		byRec.PolicyCheck, byRoll.PolicyCheck = NewPolicyCheck(es), NewPolicyCheck(es)
+		ru := NewRollup(recs[0].TS.Truncate(time.Minute), 1024)
+		flush := func(end time.Time) {
+			for _, row := range ru.Flush(end) {
+				b, _ := json.Marshal(row)
+				var back RollupRow
+				if err := json.Unmarshal(b, &back); err != nil {
+					t.Fatal(err)
+				}
+				byRoll.AddRollup(&back)
+			}
+		}
+		next := recs[0].TS.Truncate(time.Minute).Add(time.Minute)
+		for _, r := range recs {
+			if !r.TS.Before(next) {
+				flush(next)
+				next = next.Add(time.Minute)
+			}
+			byRec.Add(r)
+			ru.Write(r)
+		}
+		flush(next)
+		a, b := *byRec.PolicyCheck, *byRoll.PolicyCheck
+		listed := func(pc PolicyCheck) (n int) {
+			for _, v := range pc.First {
+				n += v.Count
+			}
+			return n
+		}
+		if a.Violations < PolicyListed && listed(a) != a.Violations || b.Violations > 0 && listed(b) == 0 {
+			t.Errorf("%v: listed %d of %d (records), %d of %d (rollups)", decl, listed(a), a.Violations, listed(b), b.Violations)
+		}
+		a.First, b.First = nil, nil
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%v: records %+v\nrollups %+v", decl, a, b)
+		}
+		if a.Matched == 0 || a.Violations == 0 {
+			t.Errorf("%v: %d matched, %d violations: the mix must have both", decl, a.Matched, a.Violations)
+		}
+		t.Logf("%v: %d handshakes, %d covered, %d checked, %d matched, %d violations %v, unchecked %v", decl, a.Handshakes, a.Covered, a.Checked, a.Matched, a.Violations, a.ByKind, a.Unchecked)
 	}
 }

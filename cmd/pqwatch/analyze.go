@@ -146,6 +146,7 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitFailure
 	}
+	warnPolicyUncovered(stderr, "analyze", off.Summary.Policy)
 	if res.Failed > 0 {
 		fmt.Fprintf(stderr, "pqwatch analyze: incomplete: %d of %d files could not be read (named above); the report covers the rest\n", res.Failed, len(off.Files))
 		return exitFailure

@@ -134,6 +134,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pqwatch plan:", err)
 		return exitFailure
 	}
+	warnPolicyUncovered(stderr, "plan", plan.PolicyCheck)
 	if plan.Malformed > 0 {
 		fmt.Fprintf(stderr, "pqwatch plan: %d lines were not records (skipped)\n", plan.Malformed)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -50,4 +52,13 @@ func addPolicyMetric(cfg *agent.Config, es report.Expectations) {
 	}
 	m := exporter.NewPolicyMetrics(cfg.Registry, append(es.Ports(), cfg.Ports...))
 	cfg.Sinks = append(cfg.Sinks, exporter.PolicySink(m, es))
+}
+
+// warnPolicyUncovered says on stderr when policies were declared but no
+// handshake was of a declared server (a mistyped ADDR:PORT checks nothing).
+func warnPolicyUncovered(stderr io.Writer, cmd string, pc *report.PolicyCheck) {
+	if pc == nil || pc.Covered > 0 || pc.Handshakes == 0 {
+		return
+	}
+	fmt.Fprintf(stderr, "pqwatch %s: warning: -expect-policy checked nothing: none of the %d handshakes is of a declared server (%s)\n", cmd, pc.Handshakes, strings.Join(pc.Expect, "; "))
 }
