@@ -95,6 +95,9 @@ type Config struct {
 	// NginxComms are the process names tracked as nginx masters and
 	// workers (default {"nginx"}; an nginx fork may go by another name).
 	NginxComms []string
+	// NoAcceptEvents attributes without the kernel's accept events (eBPF):
+	// process scans, socket lookups and the access log's $pid only.
+	NoAcceptEvents bool
 
 	Forecast *forecast.Policy // nil = forecast.DefaultPolicy
 
@@ -204,7 +207,7 @@ func New(cfg Config) (a *Agent, err error) {
 	pc := pipeline.Config{Logger: cfg.Logger, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
 	var logPID *proctrack.LogPID // $pid attribution after the log join
 	if cfg.TrackProcesses {
-		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms})
+		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms, NoAcceptEvents: cfg.NoAcceptEvents})
 		if err != nil {
 			a.log.Warn("process tracking disabled", "err", err)
 		} else {

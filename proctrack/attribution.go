@@ -240,7 +240,11 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 			g, ok = a.t.AttributeQuiet(server, r.FlowStart.Add(-acceptMargin), it.done)
 		}
 		if !ok {
-			g, ok = a.t.Attribute(client, server)
+			var from time.Time
+			if !r.FlowStart.IsZero() {
+				from = r.FlowStart.Add(-acceptMargin)
+			}
+			g, ok = a.x.attribute(client, server, from)
 		}
 	case record.TransportQUIC:
 		// Quiet periods only: there is no per-connection lookup for QUIC.

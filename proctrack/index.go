@@ -34,12 +34,14 @@ type attribIndex struct {
 	// every tracked process's generation, the serving set's signature,
 	// when it last changed (the quiet period's start), when the last scan
 	// (or probe) started, and a channel closed when the next completes.
-	serving    []servingTarget
-	byPID      map[int]*record.Generation
-	servingSig []servingEntry
-	quietFrom  time.Time
-	lastScanAt time.Time
-	scanDone   chan struct{}
+	serving     []servingTarget
+	byPID       map[int]*record.Generation
+	masters     []int     // nginx masters
+	publishedAt time.Time // when the last scan published
+	servingSig  []servingEntry
+	quietFrom   time.Time
+	lastScanAt  time.Time
+	scanDone    chan struct{}
 
 	quietAt  atomic.Int64 // quietFrom in Unix ns, for QuietSince
 	swapping atomic.Bool  // two generations of one nginx lineage alive
@@ -104,17 +106,19 @@ func (x *attribIndex) publish(st *swapState, now time.Time) {
 	}
 	slices.SortFunc(sig, func(a, b servingEntry) int { return a.key.pid - b.key.pid })
 	byPID := make(map[int]*record.Generation, len(st.procs))
+	var masters []int
 	for pid, p := range st.procs {
 		if p.gen != nil && p.rec != nil {
 			byPID[pid] = p.rec
 		}
+		if p.role == roleMaster {
+			masters = append(masters, pid)
+		}
 	}
-	if x.acc.a.Load() != nil {
-		x.acc.remember(byPID, now)
-	}
+	x.acc.remember(byPID, now)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.serving, x.byPID = serving, byPID
+	x.serving, x.byPID, x.masters, x.publishedAt = serving, byPID, masters, now
 	if !slices.Equal(sig, x.servingSig) || x.quietFrom.IsZero() {
 		// A process that exited was alive at the previous scan and may
 		// have served until this one: the new period starts now.
@@ -163,6 +167,16 @@ func (x *attribIndex) generationOf(pid int) (*record.Generation, bool) {
 	g, ok := x.byPID[pid]
 	x.mu.RUnlock()
 	return g, ok
+}
+
+// generationOfPID is the generation pid belongs to as of the last scan, or
+// as of the last scan that saw it within seenTTL (a worker that exited
+// since: drained after WINCH or a reload).
+func (x *attribIndex) generationOfPID(pid int) (*record.Generation, bool) {
+	if g, ok := x.generationOf(pid); ok {
+		return g, true
+	}
+	return x.rememberedGeneration(pid)
 }
 
 // servingTargets appends the serving processes to dst.
@@ -217,13 +231,24 @@ func (x *attribIndex) takeRequests() (ports []uint16, rescan bool) {
 
 // attribute returns the generation whose process owns the server side of
 // the TCP connection client -> server, with WorkerPID set (see
-// Tracker.Attribute).
-func (x *attribIndex) attribute(client, server netip.AddrPort) (*record.Generation, bool) {
+// Tracker.Attribute). from, when set, is when the connection may first
+// have been accepted: the listener's owner answers for a connection gone
+// only when the serving processes have not changed since (a listener's
+// owner now is not who accepted before a WINCH).
+func (x *attribIndex) attribute(client, server netip.AddrPort, from time.Time) (*record.Generation, bool) {
 	s, err := x.diag.lookupTCP(server, client)
 	if err != nil || s.Inode == 0 {
 		// The connection is gone (short connections close before the
 		// capture reports them) or in TIME_WAIT: fall back to the
 		// listening socket's owner when that is unambiguous.
+		x.mu.RLock()
+		changed := !from.IsZero() && (x.quietFrom.IsZero() || x.quietFrom.After(from))
+		x.mu.RUnlock()
+		if changed {
+			x.wantPort(server.Port())
+			x.unattributed.Add(1)
+			return nil, false
+		}
 		if g, ok := x.attributeListener(server); ok {
 			x.attributed.Add(1)
 			x.byListener.Add(1)

@@ -2,7 +2,10 @@ package proctrack
 
 import (
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pqwatch/pqwatch/record"
@@ -48,9 +51,62 @@ const listenerTTL = time.Second
 // nginx binary swap both masters hold the inherited listener, so the answer
 // is "unknown" then, never a guess. WorkerPID is left unset: any worker of
 // the generation may have accepted the connection.
+//
+// The holders are the serving processes of the last scan, and the
+// listener's holders now are not always who accepted a connection before:
+// so there is no answer while a swap is in progress (after WINCH the old
+// workers close their listeners and finish the connections they accepted,
+// before a scan sees them shutting down), nor while the nginx process tree
+// is not the one the last scan saw (a master with a child no scan knows: a
+// USR2's new master, new workers after HUP or a crash, which may be
+// serving from the same listener); the scans are asked to look.
 func (x *attribIndex) attributeListener(server netip.AddrPort) (*record.Generation, bool) {
-	o := x.listenerOwnerCached(server, false, time.Time{})
+	if x.swapping.Load() {
+		return nil, false
+	}
+	if !x.treeCurrent() {
+		x.rescanSoon()
+		return nil, false
+	}
+	x.mu.RLock()
+	at := x.publishedAt
+	x.mu.RUnlock()
+	o := x.listenerOwnerCached(server, false, at)
 	return o.gen, o.gen != nil
+}
+
+// treeCurrent says whether every child of the last scan's nginx masters is
+// a process that scan knew. Without the children files it cannot tell,
+// and says yes (the listener's answer is then as of the last scan).
+func (x *attribIndex) treeCurrent() bool {
+	x.mu.RLock()
+	masters := x.masters
+	x.mu.RUnlock()
+	var buf [4096]byte
+	for _, m := range masters {
+		fd, err := openRead(x.root + "/" + strconv.Itoa(m) + "/task/" + strconv.Itoa(m) + "/children")
+		if err != nil {
+			continue // the master exited: its children are reparented, not new
+		}
+		n, err := syscall.Read(fd, buf[:])
+		syscall.Close(fd)
+		if err != nil {
+			continue // cannot tell
+		}
+		if n == len(buf) {
+			return false // more children than checked here: no answer
+		}
+		for _, f := range strings.Fields(string(buf[:n])) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if _, ok := x.generationOf(pid); !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // listenerOwnerCached is listenerOwner, cached for listenerTTL, and never

@@ -1,7 +1,11 @@
 package proctrack
 
 import (
+	"os"
+	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -10,23 +14,49 @@ import (
 
 // LogPID is the pipeline stage after the access-log join: nginx's $pid in
 // the joined line is the worker that served the connection (a connection
-// never leaves the worker that accepted it). A record the attribution left
-// without a generation — every handshake of a swap window, where sockets
-// are gone before they can be looked up — takes that worker's generation;
-// an attributed record without a worker takes the worker.
+// never leaves the worker that accepted it), nginx's own word. A TCP
+// record joined to a line whose $pid is a tracked process takes that
+// worker, its master and its generation, whatever the attribution found
+// before (without accept events a listener's or a quiet period's answer
+// names no worker, and can be late for a process started since the last
+// scan); a record the attribution left without a generation gets one.
+//
+// A $pid the scans have not seen yet (a worker of a swap's new generation,
+// started since the last scan) holds its record for the next scan, at most
+// maxAttribWait, when its process still exists; the scan is asked for at
+// once. Records not held go straight on.
 type LogPID struct {
-	t         *Tracker
-	next      func(*record.Handshake)
-	attribute atomic.Uint64 // generations found from $pid
-	unknown   atomic.Uint64 // $pid of no tracked nginx process
+	t    *Tracker
+	next func(*record.Handshake)
+
+	emitMu sync.Mutex // serialises next: Process and the holder both hand on
+
+	mu      sync.Mutex
+	held    []heldRecord // oldest first
+	running bool         // the holder goroutine runs
+	done    chan struct{}
+
+	found     atomic.Uint64 // records without a generation that $pid attributed
+	corrected atomic.Uint64 // records whose generation $pid replaced
+	unknown   atomic.Uint64 // $pid of no tracked process
 	desc      *prometheus.Desc
 }
+
+type heldRecord struct {
+	r   *record.Handshake
+	pid int
+	at  time.Time
+}
+
+// maxHeldLog bounds the records held for a scan; past it they go on as
+// they are (counted unknown_pid).
+const maxHeldLog = 8192
 
 // NewLogPID returns the stage for tracker t; Then says where it hands
 // records. Its counters exist (at zero) from the start, with or without a log.
 func NewLogPID(t *Tracker) *LogPID {
 	return &LogPID{t: t, desc: prometheus.NewDesc("pqwatch_attributions_from_log_total",
-		"TCP handshakes the attribution left without a server generation that the joined nginx access-log line's $pid attributed (result found), or whose $pid names no tracked process (result unknown_pid).",
+		"TCP handshakes whose joined nginx access-log line's $pid named their server process: result found (the attribution had left them without a generation), corrected (it had named another generation, or another worker), or unknown_pid ($pid names no tracked process, even after a scan).",
 		[]string{"result"}, nil)}
 }
 
@@ -36,28 +66,129 @@ func (s *LogPID) Then(next func(*record.Handshake)) *LogPID {
 	return s
 }
 
-// Flush implements the stage; LogPID holds nothing.
-func (s *LogPID) Flush() {}
+// Flush waits until every held record was handed on (at most
+// maxAttribWait).
+func (s *LogPID) Flush() {
+	s.mu.Lock()
+	done, running := s.done, s.running
+	s.mu.Unlock()
+	if running {
+		<-done
+	}
+}
 
 // Process fills the record's generation from its log line's $pid.
 func (s *LogPID) Process(r *record.Handshake) {
-	if l := r.Log; l != nil && l.Source == "nginx" && l.PID > 0 {
-		switch g := r.Generation; {
-		case g != nil && g.WorkerPID == 0:
-			g.WorkerPID = l.PID
-		case g == nil && r.Transport == record.TransportTCP:
-			if found, ok := s.t.GenerationOf(l.PID); ok {
-				gc := *found
-				gc.WorkerPID = l.PID
-				r.Generation = &gc
-				s.t.ObserveHandshake(found, r.Group)
-				s.attribute.Add(1)
-			} else {
+	l := r.Log
+	if l == nil || l.Source != "nginx" || l.PID <= 0 || r.Transport != record.TransportTCP {
+		s.hand(r)
+		return
+	}
+	if s.resolve(r, l.PID) {
+		s.hand(r)
+		return
+	}
+	if g := r.Generation; g != nil && g.WorkerPID == l.PID {
+		s.hand(r) // the accept event named this worker already
+		return
+	}
+	// A process that exists and no scan has seen: the next one will.
+	if _, err := os.Stat(s.t.cfg.ProcRoot + "/" + strconv.Itoa(l.PID)); err != nil {
+		s.unknown.Add(1)
+		s.hand(r)
+		return
+	}
+	s.t.ix.rescanSoon()
+	s.mu.Lock()
+	if len(s.held) >= maxHeldLog {
+		s.mu.Unlock()
+		s.unknown.Add(1)
+		s.hand(r)
+		return
+	}
+	s.held = append(s.held, heldRecord{r, l.PID, time.Now()})
+	if !s.running {
+		s.running, s.done = true, make(chan struct{})
+		go s.hold()
+	}
+	s.mu.Unlock()
+}
+
+// hold hands on the held records as scans learn their $pid, or when they
+// waited maxAttribWait; it returns when none is left.
+func (s *LogPID) hold() {
+	timer := time.NewTimer(maxAttribWait)
+	defer timer.Stop()
+	for {
+		_, scanned := s.t.ix.lastScan()
+		s.mu.Lock()
+		held := s.held
+		s.held = nil
+		s.mu.Unlock()
+		var keep []heldRecord
+		for _, h := range held {
+			switch {
+			case s.resolve(h.r, h.pid):
+				s.hand(h.r)
+			case time.Since(h.at) >= maxAttribWait:
 				s.unknown.Add(1)
+				s.hand(h.r)
+			default:
+				keep = append(keep, h)
 			}
 		}
+		s.mu.Lock()
+		s.held = append(keep, s.held...)
+		if len(s.held) == 0 {
+			s.running = false
+			close(s.done)
+			s.mu.Unlock()
+			return
+		}
+		wait := maxAttribWait - time.Since(s.held[0].at)
+		s.mu.Unlock()
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-scanned:
+		case <-timer.C:
+		}
 	}
+}
+
+// resolve gives r the generation and worker of pid when a scan knows pid
+// (now, or in the last minute for a worker that exited since).
+func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
+	found, ok := s.t.ix.generationOfPID(pid)
+	if !ok {
+		return false
+	}
+	switch g := r.Generation; {
+	case g == nil:
+		s.found.Add(1)
+		s.t.ObserveHandshake(found, r.Group)
+	case g.ID == found.ID && g.MasterPID == found.MasterPID:
+		if g.WorkerPID == pid {
+			return true
+		}
+		if g.WorkerPID != 0 {
+			s.corrected.Add(1)
+		}
+		g.WorkerPID = pid // the stage's own copy
+		return true
+	default:
+		s.corrected.Add(1)
+		s.t.moveHandshake(g, found, r.Group)
+	}
+	gc := *found
+	gc.WorkerPID = pid
+	r.Generation = &gc
+	return true
+}
+
+func (s *LogPID) hand(r *record.Handshake) {
+	s.emitMu.Lock()
 	s.next(r)
+	s.emitMu.Unlock()
 }
 
 // Describe implements prometheus.Collector.
@@ -65,6 +196,7 @@ func (s *LogPID) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 
 // Collect implements prometheus.Collector.
 func (s *LogPID) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.attribute.Load()), "found")
+	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.found.Load()), "found")
+	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.corrected.Load()), "corrected")
 	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.unknown.Load()), "unknown_pid")
 }

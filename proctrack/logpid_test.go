@@ -12,8 +12,10 @@ import (
 
 // TestLogPID: a record the attribution left without a generation takes,
 // from the joined nginx line's $pid, the generation and worker of the real
-// nginx worker that wrote it; a $pid no tracked process has is counted,
-// and an attributed record only gains its worker.
+// nginx worker that wrote it; a $pid no tracked process has (and no
+// process at all: nothing to wait for) is counted and goes on at once; a
+// record attributed to the right generation gains its worker, one
+// attributed to another generation is corrected.
 func TestLogPID(t *testing.T) {
 	l := newNginxLab(t)
 	l.writeConf("x25519")
@@ -28,6 +30,12 @@ func TestLogPID(t *testing.T) {
 	s.Process(&record.Handshake{Transport: record.TransportTCP, Log: &record.Log{Source: "nginx", PID: 1 << 30}})
 	attributed := &record.Generation{ID: gen.ID, MasterPID: master}
 	s.Process(&record.Handshake{Transport: record.TransportTCP, Generation: attributed, Log: &record.Log{Source: "nginx", PID: gen.Workers[0]}})
+	wrong := &record.Handshake{Transport: record.TransportTCP, Generation: &record.Generation{ID: "nginx-other-1", MasterPID: 1}, Log: &record.Log{Source: "nginx", PID: gen.Workers[1]}}
+	s.Process(wrong)
+	s.Flush()
+	if g := wrong.Generation; g.ID != gen.ID || g.MasterPID != master || g.WorkerPID != gen.Workers[1] {
+		t.Errorf("misattributed record not corrected: %+v", g)
+	}
 	for i, w := range gen.Workers {
 		g := out[i].Generation
 		if g == nil || g.ID != gen.ID || g.MasterPID != master || g.WorkerPID != w {
@@ -43,9 +51,10 @@ func TestLogPID(t *testing.T) {
 	want := fmt.Sprintf(`
 # HELP pqwatch_attributions_from_log_total %s
 # TYPE pqwatch_attributions_from_log_total counter
+pqwatch_attributions_from_log_total{result="corrected"} 1
 pqwatch_attributions_from_log_total{result="found"} %d
 pqwatch_attributions_from_log_total{result="unknown_pid"} 1
-`, "TCP handshakes the attribution left without a server generation that the joined nginx access-log line's $pid attributed (result found), or whose $pid names no tracked process (result unknown_pid).", len(gen.Workers))
+`, "TCP handshakes whose joined nginx access-log line's $pid named their server process: result found (the attribution had left them without a generation), corrected (it had named another generation, or another worker), or unknown_pid ($pid names no tracked process, even after a scan).", len(gen.Workers))
 	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}

@@ -465,7 +465,7 @@ func (t *Tracker) discoverServers(now time.Time) {
 // When the socket is gone it answers by the listening socket's owner, when
 // one generation alone holds it (WorkerPID unset then).
 func (t *Tracker) Attribute(client, server netip.AddrPort) (*record.Generation, bool) {
-	return t.ix.attribute(client, server)
+	return t.ix.attribute(client, server, time.Time{})
 }
 
 // AttributeQuiet attributes a connection without looking it up, when the
@@ -526,8 +526,25 @@ func (t *Tracker) AcceptStats() AcceptStats { return t.ix.acceptStats() }
 // (pqwatch_generation_handshakes_total). Handshakes of unknown or evicted
 // generations are counted apart.
 func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.observe(gen, group, 1)
+}
+
+// moveHandshake moves one handshake's count from one generation to
+// another: the access log's $pid corrected the attribution.
+func (t *Tracker) moveHandshake(from, to *record.Generation, group string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.observe(from, group, -1)
+	t.observe(to, group, 1)
+}
+
+// observe adds delta (1, or -1 to take one back) to gen's count of group.
+// The caller holds t.mu.
+func (t *Tracker) observe(gen *record.Generation, group string, delta int) {
 	if gen == nil {
-		t.unknownHS.Add(1)
+		t.countUnknown(delta)
 		return
 	}
 	switch {
@@ -536,8 +553,6 @@ func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
 	case strings.HasPrefix(group, "0x"):
 		group = "other" // unregistered codepoints: keep label values bounded
 	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	var g *generation
 	if p := t.st.procs[gen.MasterPID]; p != nil && p.gen != nil && p.gen.id == gen.ID {
 		g = p.gen
@@ -550,13 +565,24 @@ func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
 		}
 	}
 	if g == nil {
-		t.unknownHS.Add(1)
+		t.countUnknown(delta)
 		return
 	}
 	if _, ok := g.handshakes[group]; !ok && len(g.handshakes) >= maxGroupsPerGeneration {
 		group = "other"
 	}
-	g.handshakes[group]++
+	if delta < 0 && g.handshakes[group] == 0 {
+		return
+	}
+	g.handshakes[group] += uint64(delta)
+}
+
+func (t *Tracker) countUnknown(delta int) {
+	if delta > 0 {
+		t.unknownHS.Add(1)
+	} else if t.unknownHS.Load() > 0 {
+		t.unknownHS.Add(^uint64(0))
+	}
 }
 
 // Events returns the most recent swap events, oldest first.
