@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -69,6 +70,10 @@ func ReadFeed(ctx context.Context, cfg FeedReadConfig, fn func(kafka.Message) er
 	}
 	mech, err := cfg.SASL.mechanism()
 	if err != nil {
+		return st, err
+	}
+	dialer := &kafka.Dialer{ClientID: cfg.ClientID, Timeout: 5 * time.Second, DualStack: true, TLS: cfg.TLS, SASLMechanism: mech}
+	if err := checkLogin(ctx, dialer, cfg); err != nil {
 		return st, err
 	}
 	tr := &kafka.Transport{ClientID: cfg.ClientID, TLS: cfg.TLS, SASL: mech, DialTimeout: 5 * time.Second}
@@ -139,7 +144,6 @@ func ReadFeed(ctx context.Context, cfg FeedReadConfig, fn func(kafka.Message) er
 		st.Partitions = append(st.Partitions, fp)
 	}
 
-	dialer := &kafka.Dialer{ClientID: cfg.ClientID, Timeout: 5 * time.Second, DualStack: true, TLS: cfg.TLS, SASLMechanism: mech}
 	for i := range st.Partitions {
 		fp := &st.Partitions[i]
 		if fp.Start >= fp.End {
@@ -202,4 +206,35 @@ func listOffsets(ctx context.Context, cl *kafka.Client, topic string, req *kafka
 		out[po.Partition] = po
 	}
 	return out, nil
+}
+
+// checkLogin connects to the first broker that answers, TLS and SASL
+// included, so that a refused login is reported as one (a KafkaError with
+// the fix), not as the connection a client library later finds closed.
+func checkLogin(ctx context.Context, dialer *kafka.Dialer, cfg FeedReadConfig) error {
+	var first error
+	for _, b := range cfg.Brokers {
+		conn, err := dialer.DialContext(ctx, "tcp", b)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	e := &KafkaError{Reason: kafkaReason(first), Topic: cfg.Topic, Brokers: strings.Join(cfg.Brokers, ","), Err: first}
+	switch e.Reason {
+	case KafkaErrAuthentication:
+		e.Fix = "check the SASL mechanism (-kafka-sasl-mechanism), the username (-kafka-sasl-username) and the password (-kafka-sasl-password-file or $PQWATCH_KAFKA_SASL_PASSWORD)"
+	case KafkaErrTLS:
+		e.Fix = "check that the brokers speak TLS on this port, the CA that signed their certificates (-kafka-tls-ca-file), the name they are verified against (-kafka-tls-server-name), and the client certificate if they require one (-kafka-tls-cert-file, -kafka-tls-key-file)"
+	case KafkaErrNetwork:
+		if cfg.SASL != nil {
+			e.Fix = "check -kafka-brokers; brokers that close the connection during a SASL login also refuse the credentials this way (-kafka-sasl-mechanism, -kafka-sasl-username, the password)"
+		} else {
+			e.Fix = "check -kafka-brokers and that the brokers are up (and whether they need -kafka-tls)"
+		}
+	}
+	return e
 }

@@ -212,3 +212,27 @@ func TestRollupOfferClassCap(t *testing.T) {
 		t.Errorf("handshakes %d pq %d unknown %d other %d", pl.Handshakes, pl.PQ, pl.Forecast.Unknown, pl.Rollups.OtherOffer)
 	}
 }
+
+// A record of a class already in the row costs the rollup no allocation
+// (the agent's Kafka sink writes every record to it).
+func TestRollupWriteAllocs(t *testing.T) {
+	ru := NewRollup(time.Now(), 16)
+	h := sampleRecord()
+	h.KeyShares = []record.KeyShare{{Group: "X25519MLKEM768", Bytes: 1216}, {Group: "x25519", Bytes: 32}}
+	h.JA4 = "t13d1516h2_8daaf6152771_02713d6af862"
+	ru.Write(h)
+	if n := testing.AllocsPerRun(1000, func() { ru.Write(h) }); n != 0 {
+		t.Errorf("Rollup.Write allocates %v times per record", n)
+	}
+}
+
+func BenchmarkRollupWrite(b *testing.B) {
+	ru := NewRollup(time.Now(), 16)
+	h := sampleRecord()
+	h.KeyShares = []record.KeyShare{{Group: "X25519MLKEM768", Bytes: 1216}, {Group: "x25519", Bytes: 32}}
+	h.JA4 = "t13d1516h2_8daaf6152771_02713d6af862"
+	b.ReportAllocs()
+	for b.Loop() {
+		ru.Write(h)
+	}
+}

@@ -80,7 +80,11 @@ func readPlanKafka(ctx context.Context, cfg exporter.FeedReadConfig, plan *repor
 	case st.Messages == 0:
 		return fmt.Errorf("kafka topic %q: no messages since %s (partitions %s); widen -since or check -kafka-topic", cfg.Topic, since, strings.Join(parts, "; "))
 	}
-	fmt.Fprintf(stderr, "pqwatch plan: kafka topic %q since %s: %d messages (partitions %s)\n", cfg.Topic, since, st.Messages, strings.Join(parts, "; "))
+	noun := "messages"
+	if st.Messages == 1 {
+		noun = "message"
+	}
+	fmt.Fprintf(stderr, "pqwatch plan: kafka topic %q since %s: %d %s (partitions %s)\n", cfg.Topic, since, st.Messages, noun, strings.Join(parts, "; "))
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/record"
 )
 
 // TestPlanFromKafkaFeed: `pqwatch run` captures a client mix on loopback
@@ -148,4 +149,61 @@ func feedValues(t *testing.T, brokers []string, topic string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPlanKafkaTLSSASL: plan's TLS and SASL flags are run's and reach the
+// brokers: records written by the sink over mutual TLS and SCRAM-SHA-512
+// are read back by `plan -kafka-brokers` with the same flags (the password
+// from a file); a wrong password is exit 1 saying why.
+func TestPlanKafkaTLSSASL(t *testing.T) {
+	pki := newTestPKI(t)
+	dir := t.TempDir()
+	pw, bad := filepath.Join(dir, "password"), filepath.Join(dir, "wrong")
+	os.WriteFile(pw, []byte("s3cret\n"), 0o600)
+	os.WriteFile(bad, []byte("nope\n"), 0o600)
+	serverTLS := &tls.Config{Certificates: []tls.Certificate{pki.server}, ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "pq.sec"), kfake.TLS(serverTLS),
+		kfake.EnableSASL(), kfake.Superuser("SCRAM-SHA-512", "pqwatch", "s3cret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := strings.Join(c.ListenAddrs(), ",")
+	auth := []string{"-kafka-tls-ca-file", pki.caFile, "-kafka-tls-cert-file", pki.certFile, "-kafka-tls-key-file", pki.keyFile,
+		"-kafka-tls-server-name", "kafka.test", "-kafka-sasl-mechanism", "scram-sha-512", "-kafka-sasl-username", "pqwatch"}
+	rf, err := parseRunFlags(t, append([]string{"-kafka-brokers", brokers, "-kafka-topic", "pq.sec", "-kafka-sasl-password-file", pw}, auth...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := rf.kafka.config(envOf(nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := exporter.NewKafka(*cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := captureJSONL(t)
+	for _, l := range lines {
+		var h record.Handshake
+		json.Unmarshal([]byte(l), &h)
+		h.Node = "edge-s"
+		if err := k.Write(&h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := k.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pl := planJSON(t, append([]string{"-kafka-brokers", brokers, "-kafka-topic", "pq.sec", "-since", "0", "-kafka-sasl-password-file", pw}, auth...)...)
+	if n := num(t, pl, "handshakes"); n != float64(len(lines)) {
+		t.Errorf("plan over TLS and SCRAM read %v handshakes, want %d", n, len(lines))
+	}
+	code, _, errOut := run(t, append([]string{"plan", "-kafka-brokers", brokers, "-kafka-topic", "pq.sec", "-kafka-sasl-password-file", bad}, auth...)...)
+	if code != exitFailure || !strings.Contains(strings.ToLower(errOut), "sasl") {
+		t.Errorf("wrong password: exit %d, %s", code, errOut)
+	}
+	t.Logf("wrong password: exit %d: %s", code, strings.TrimSpace(errOut))
 }
