@@ -1,6 +1,10 @@
 package tlsparse
 
-import "testing"
+import (
+	"testing"
+
+	"golang.org/x/crypto/cryptobyte"
+)
 
 func BenchmarkParseClientHello(b *testing.B) {
 	msg := chromeLikeClientHello()
@@ -34,6 +38,34 @@ func BenchmarkParseServerKeyExchangeGroup(b *testing.B) {
 		if _, _, err := ParseServerKeyExchangeGroup(msg); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkParseServerKeyExchangeDHE names a 2048-bit DHE prime that is
+// RFC 7919's and one that is not (the ffdhe primes are computed once,
+// before the loop).
+func BenchmarkParseServerKeyExchangeDHE(b *testing.B) {
+	primes := ffdhePrimes()
+	own := []byte(primes[0])
+	own = append([]byte(nil), own...)
+	own[100] ^= 1
+	for name, p := range map[string][]byte{"ffdhe2048": []byte(primes[0]), "dhe2048": own} {
+		var c cryptobyte.Builder
+		for _, v := range [][]byte{p, {2}, make([]byte, len(p))} {
+			c.AddUint16LengthPrefixed(func(c *cryptobyte.Builder) { c.AddBytes(v) })
+		}
+		c.AddUint16(0x0401)
+		c.AddUint16LengthPrefixed(func(c *cryptobyte.Builder) { c.AddBytes(make([]byte, 256)) })
+		msg := handshakeMsg(TypeServerKeyExchange, c.BytesOrPanic())
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(msg)))
+			for b.Loop() {
+				if _, got, ok := ParseServerKeyExchangeDHE(msg); !ok || got != name {
+					b.Fatal(got, ok)
+				}
+			}
+		})
 	}
 }
 

@@ -42,8 +42,21 @@ func ParseServerKeyExchangeDHE(msg []byte) (g Group, name string, ok bool) {
 			}
 		}
 	}
-	bits := len(p)*8 - leadingZeros8(p[0])
-	return 0, "dhe" + strconv.Itoa(bits), true
+	return 0, dheName(len(p)*8 - leadingZeros8(p[0])), true
+}
+
+// dheNames are the names of the usual prime sizes, so naming them does not
+// allocate.
+var dheNames = map[int]string{
+	512: "dhe512", 768: "dhe768", 1024: "dhe1024", 1536: "dhe1536", 2048: "dhe2048",
+	3072: "dhe3072", 4096: "dhe4096", 6144: "dhe6144", 8192: "dhe8192",
+}
+
+func dheName(bits int) string {
+	if s, ok := dheNames[bits]; ok {
+		return s
+	}
+	return "dhe" + strconv.Itoa(bits)
 }
 
 func leadingZeros8(b byte) int {
