@@ -60,6 +60,14 @@ type Config struct {
 	// never needs (pure ACKs, segments starting with a TLS application-data
 	// record): see FilterWith.
 	SkipNoise bool
+	// Filter picks the kernel filter: FilterAuto (empty; FilterEnv may
+	// name one) tries the eBPF socket filter of bpf/filter.c when SkipNoise
+	// is set and falls back to the classic one (saying why in the log) when
+	// the kernel or the process's capabilities do not allow it; FilterEBPF
+	// fails instead; FilterClassic never tries. The eBPF filter also keeps
+	// a flow's packets out of the rings once its handshake is decided (see
+	// bpf/filter.c): fewer packets, the same records.
+	Filter string
 	// Workers is the number of fanout members per interface, each read by
 	// its own goroutine (default runtime.GOMAXPROCS(0), which follows the cgroup CPU limit).
 	Workers int
@@ -107,6 +115,8 @@ type Capture struct {
 	names   map[string]bool // explicit interface names; nil = every up link
 	opts    ringOpts
 	workers []*worker
+	ebpf    *ebpfFilter // nil: the classic filter
+	noEBPF  string      // why the eBPF filter is not used (auto mode)
 
 	mu      sync.Mutex
 	groups  map[int]*group // by ifindex
@@ -159,6 +169,13 @@ func New(cfg Config) (*Capture, error) {
 	if _, err := Filter(LinkEthernet, cfg.Ports); err != nil {
 		return nil, err
 	}
+	kind, err := filterKind(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if kind == FilterEBPF && !cfg.SkipNoise {
+		return nil, errors.New("capture: the eBPF filter needs SkipNoise")
+	}
 	if cfg.Workers > 1<<12 {
 		return nil, fmt.Errorf("capture: %d workers, at most %d", cfg.Workers, 1<<12)
 	}
@@ -167,6 +184,33 @@ func New(cfg Config) (*Capture, error) {
 		log:    cfg.Logger,
 		groups: map[int]*group{},
 		opts:   ringOpts{frameSize: cfg.FrameSize, blockSize: cfg.BlockSize, numBlocks: cfg.NumBlocks, blockTimeout: cfg.BlockTimeout, ports: cfg.Ports, skipNoise: cfg.SkipNoise},
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+	switch {
+	case !cfg.SkipNoise:
+		c.noEBPF = "every packet is wanted"
+	case kind == FilterClassic:
+		c.noEBPF = "asked for the classic filter"
+	default:
+		f, err := loadEBPF(cfg.Ports)
+		if err != nil {
+			if kind == FilterEBPF {
+				return nil, fmt.Errorf("capture: eBPF socket filter: %w", err)
+			}
+			c.noEBPF = err.Error()
+		}
+		c.ebpf = f
+		c.opts.ebpf = f
+	}
+	if c.ebpf != nil {
+		c.log.Info("capture: kernel filter", "filter", FilterEBPF)
+	} else {
+		c.log.Info("capture: kernel filter", "filter", FilterClassic, "why", c.noEBPF)
 	}
 	for _, n := range cfg.Ifaces {
 		if n == Any {
@@ -189,12 +233,6 @@ func New(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("capture: network namespace: %w", err)
 	}
 	c.ns = ns
-	ok := false
-	defer func() {
-		if !ok {
-			c.Close()
-		}
-	}()
 	for i := range cfg.Workers {
 		w, err := newWorker(c, i)
 		if err != nil {
@@ -522,5 +560,28 @@ func (c *Capture) Close() error {
 	}
 	c.mu.Unlock()
 	c.ns.Close()
+	if c.ebpf != nil {
+		c.ebpf.close()
+	}
 	return nil
+}
+
+// Filter is the kernel filter in use: FilterEBPF or FilterClassic.
+func (c *Capture) Filter() string {
+	if c.ebpf != nil {
+		return FilterEBPF
+	}
+	return FilterClassic
+}
+
+// WhyClassic says why the classic filter runs ("" with the eBPF one).
+func (c *Capture) WhyClassic() string { return c.noEBPF }
+
+// EBPFStats returns the eBPF filter's counters (zero with the classic
+// filter).
+func (c *Capture) EBPFStats() EBPFStats {
+	if c.ebpf == nil {
+		return EBPFStats{}
+	}
+	return c.ebpf.stats()
 }

@@ -155,6 +155,7 @@ type ringOpts struct {
 	blockTimeout                    time.Duration
 	ports                           []uint16
 	skipNoise                       bool
+	ebpf                            *ebpfFilter // nil: classic filter
 }
 
 // openGroup opens n rings on ifindex (0 = all interfaces) inside network
@@ -177,11 +178,14 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 		g.linkType = LinkEthernet
 		sockType = afpacket.SocketRaw
 	}
-	filter, err := socketFilter(g.linkType, o.ports, o.skipNoise, loop)
-	if err != nil {
-		return nil, err
+	var filter []bpf.RawInstruction
+	if o.ebpf == nil {
+		var err error
+		if filter, err = socketFilter(g.linkType, o.ports, o.skipNoise, loop); err != nil {
+			return nil, err
+		}
 	}
-	err = inNS(ns, func() error {
+	err := inNS(ns, func() error {
 		for range n {
 			tp, err := afpacket.NewTPacket(
 				afpacket.OptInterface(""), // bound below, by index
@@ -207,7 +211,7 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 		return nil
 	})
 	if err == nil {
-		err = g.join(ifindex, filter)
+		err = g.join(ifindex, filter, o.ebpf, loop)
 	}
 	if err != nil {
 		g.closeAll()
@@ -217,8 +221,9 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 }
 
 // join binds every ring, joins them in one fanout group and then attaches
-// the real filter.
-func (g *group) join(ifindex int, filter []bpf.RawInstruction) error {
+// the real filter: ebpf's program for loopback mode loop, else the classic
+// filter.
+func (g *group) join(ifindex int, filter []bpf.RawInstruction, ebpf *ebpfFilter, loop int) error {
 	var lastErr error
 	for range 16 { // a few ids in case one is held by another process
 		id := uint16(rand.Uint32())
@@ -248,6 +253,12 @@ func (g *group) join(ifindex int, filter []bpf.RawInstruction) error {
 		return lastErr
 	}
 	for _, r := range g.rings {
+		if ebpf != nil {
+			if err := ebpf.attach(r.fd, loop); err != nil {
+				return fmt.Errorf("capture: %s: attach eBPF filter: %w", g.name, err)
+			}
+			continue
+		}
 		if err := r.tp.SetBPF(filter); err != nil {
 			return fmt.Errorf("capture: %s: attach filter: %w", g.name, err)
 		}

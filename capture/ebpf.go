@@ -1,0 +1,171 @@
+package capture
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Kernel filter kinds (Config.Filter, Capture.Filter).
+const (
+	FilterAuto    = ""        // eBPF when SkipNoise and the kernel allows it, else classic
+	FilterEBPF    = "ebpf"    // the eBPF socket filter, or New fails
+	FilterClassic = "classic" // the classic BPF filter of FilterWith
+)
+
+// FilterEnv, when Config.Filter is empty, names the filter kind
+// ("classic" or "ebpf"): a way to compare the two on one binary.
+const FilterEnv = "PQWATCH_CAPTURE_FILTER"
+
+// The eBPF filter's counters (bpf/filter.c), summed over CPUs.
+type EBPFStats struct {
+	DecidedTLS13 uint64 // flows decided at a whole TLS 1.3 ServerHello
+	DecidedTLS12 uint64 // TLS 1.0-1.2 flows decided at the client's data after the server's flight
+	DecidedAlert uint64 // flows decided at a plaintext alert
+	Await        uint64 // TLS 1.0-1.2 ServerHellos seen (waiting for the client)
+	Dropped      uint64 // packets of decided flows kept out of the rings
+}
+
+// ebpfFilter is the loaded socket filter: one program per loopback mode
+// (the ports and the mode are constants of the program), sharing one flow
+// map and one set of counters.
+type ebpfFilter struct {
+	spec  *ebpf.CollectionSpec
+	ports []uint16
+
+	mu    sync.Mutex
+	progs map[int]*ebpf.Program
+	flows *ebpf.Map
+	cnt   *ebpf.Map
+}
+
+// loadEBPF loads the filter for ports (empty: every port) with the
+// loopback mode loopNone; other modes load on first use.
+func loadEBPF(ports []uint16) (*ebpfFilter, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("memlock: %w", err)
+	}
+	spec, err := loadFilter()
+	if err != nil {
+		return nil, err
+	}
+	ports = slices.Clone(ports)
+	f := &ebpfFilter{spec: spec, ports: ports, progs: map[int]*ebpf.Program{}}
+	if _, err := f.prog(loopNone); err != nil {
+		f.close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// prog returns the program for loopback mode loop, loading it once.
+func (f *ebpfFilter) prog(loop int) (*ebpf.Program, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.progs[loop]; p != nil {
+		return p, nil
+	}
+	spec := f.spec.Copy()
+	var set [1024]uint64
+	for _, p := range f.ports {
+		set[p>>6] |= 1 << (p & 63)
+	}
+	anyPort := uint8(0)
+	if len(f.ports) == 0 {
+		anyPort = 1
+	}
+	for name, v := range map[string]any{"ports": set, "any_port": anyPort, "loop_mode": uint8(loop)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
+	}
+	opts := &ebpf.CollectionOptions{}
+	if f.flows != nil {
+		opts.MapReplacements = map[string]*ebpf.Map{"flows": f.flows, "counters": f.cnt}
+	}
+	var objs filterObjects
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+			return nil, fmt.Errorf("load: needs CAP_BPF (or CAP_SYS_ADMIN): %w", err)
+		}
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	if f.flows == nil {
+		f.flows, f.cnt = objs.Flows, objs.Counters
+	}
+	f.progs[loop] = objs.CaptureFilter
+	return objs.CaptureFilter, nil
+}
+
+// attach puts loopback mode loop's program on socket fd (replacing any
+// classic filter).
+func (f *ebpfFilter) attach(fd, loop int) error {
+	p, err := f.prog(loop)
+	if err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_BPF, p.FD())
+}
+
+// stats sums the counters over CPUs.
+func (f *ebpfFilter) stats() EBPFStats {
+	var s EBPFStats
+	out := []*uint64{&s.DecidedTLS13, &s.DecidedTLS12, &s.DecidedAlert, &s.Await, &s.Dropped}
+	for i, p := range out {
+		var per []uint64
+		if err := f.cnt.Lookup(uint32(i), &per); err == nil {
+			for _, v := range per {
+				*p += v
+			}
+		}
+	}
+	return s
+}
+
+// programIDs are the kernel ids of the loaded programs (for their run time
+// in /proc or bpftool when kernel.bpf_stats_enabled is set).
+func (f *ebpfFilter) programIDs() []ebpf.ProgramID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []ebpf.ProgramID
+	for _, p := range f.progs {
+		if info, err := p.Info(); err == nil {
+			if id, ok := info.ID(); ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+func (f *ebpfFilter) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range f.progs {
+		p.Close()
+	}
+	f.progs = map[int]*ebpf.Program{}
+	if f.flows != nil {
+		f.flows.Close()
+		f.cnt.Close()
+	}
+}
+
+// filterKind resolves Config.Filter (and FilterEnv) into the kind to try.
+func filterKind(cfg Config) (string, error) {
+	k := cfg.Filter
+	if k == FilterAuto {
+		k = os.Getenv(FilterEnv)
+	}
+	switch k {
+	case FilterAuto, FilterEBPF, FilterClassic:
+		return k, nil
+	}
+	return "", fmt.Errorf("capture: filter %q: want %q or %q", k, FilterEBPF, FilterClassic)
+}
