@@ -41,6 +41,8 @@ type flow struct {
 	clientDir  int8 // 0: lo->hi is the client, 1: hi->lo, -1 unknown
 	dir        [2]stream
 	mss        [2]uint16 // MSS announced in each direction's SYN
+	synSeq     [2]uint32 // sequence number of each direction's SYN (synSeen says which were seen)
+	synSeen    [2]bool
 	ts         [2]bool   // timestamp option in each direction's SYN
 	rec        *record.Handshake
 	live       bool               // in the table (false once removed)
@@ -78,6 +80,16 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 	dst := netip.AddrPortFrom(p.dst, p.dport)
 	key, d := makeKey(src, dst)
 	f := s.flows[key]
+	if f != nil && p.flags&(flagSYN|flagACK) == flagSYN && (f.state == stFinished || f.state == stIgnore) &&
+		!(f.synSeen[d] && f.synSeq[d] == p.seq) {
+		// A new connection on the endpoints of one whose record is done
+		// (or that is not TLS) and whose close was not seen: a capture
+		// filter that keeps decided flows' FINs out of the rings, a lost
+		// FIN, a client reusing its port. Start afresh; the same SYN again
+		// is a retransmission.
+		s.remove(f)
+		f = nil
+	}
 	if f == nil {
 		// A flow begins with a SYN or with data; a bare ACK/FIN/RST for an
 		// unknown flow creates no state (SYN floods cost one entry each,
@@ -99,6 +111,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 		st.synSeen = true
 		f.mss[d] = p.mss
 		f.ts[d] = p.tsOpt
+		f.synSeq[d], f.synSeen[d] = p.seq, true
 		if p.flags&flagACK == 0 && f.clientDir < 0 {
 			f.clientDir = int8(d)
 		}

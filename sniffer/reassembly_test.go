@@ -1213,3 +1213,36 @@ func TestNonTLSNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations per %d packets of a given-up flow, want 0", allocs, len(rest))
 	}
 }
+
+// TestPortReuseWithoutClose: a connection on the endpoints of a finished
+// one whose FINs were never captured (the eBPF capture filter keeps a
+// decided flow's FINs out of the rings; a client reuses its port) gets its
+// own record; the first connection's SYN seen again is a retransmission
+// and changes nothing.
+func TestPortReuseWithoutClose(t *testing.T) {
+	transcripts(t)
+	var pkts []pkt
+	now := t0
+	for i := range 2 {
+		c := newCapture(t, hsHybrid.cli, hsHybrid.srv)
+		c.now = now
+		c.isn = [2]uint32{1000 + uint32(i)*100000, 77777 + uint32(i)*100000}
+		c.handshake3()
+		c.seg(0, 0, -1)
+		c.seg(1, 0, -1)
+		if i == 0 {
+			c.syn(0) // a stray copy of the first SYN after the record
+		}
+		now = c.now.Add(time.Second)
+		pkts = append(pkts, c.pkts...)
+	}
+	recs, st, _ := feed(sniffer.Config{}, sniffer.LinkEthernet, pkts, false)
+	if len(recs) != 2 || st.Flows != 2 {
+		t.Fatalf("%d records from %d flows, want 2 and 2", len(recs), st.Flows)
+	}
+	for _, r := range recs {
+		if r.Outcome != "ok" || r.Group != "X25519MLKEM768" {
+			t.Errorf("record %s %s, want ok X25519MLKEM768", r.Outcome, r.Group)
+		}
+	}
+}
