@@ -43,7 +43,7 @@ type flow struct {
 	mss        [2]uint16 // MSS announced in each direction's SYN
 	synSeq     [2]uint32 // sequence number of each direction's SYN (synSeen says which were seen)
 	synSeen    [2]bool
-	ts         [2]bool   // timestamp option in each direction's SYN
+	ts         [2]bool // timestamp option in each direction's SYN
 	rec        *record.Handshake
 	live       bool               // in the table (false once removed)
 	buffered   memlist.Link[flow] // in Sniffer.buffered while the flow holds buffers
