@@ -33,20 +33,21 @@ type EBPFStats struct {
 }
 
 // ebpfFilter is the loaded socket filter: one program per loopback mode
-// (the ports and the mode are constants of the program), sharing one flow
-// map and one set of counters.
+// and link type (the ports, the mode and where the network header starts
+// are constants of the program), sharing one flow map and one set of
+// counters.
 type ebpfFilter struct {
 	spec  *ebpf.CollectionSpec
 	ports []uint16
 
 	mu    sync.Mutex
-	progs map[int]*ebpf.Program
+	progs map[int]*ebpf.Program // by loop<<8 | link type
 	flows *ebpf.Map
 	cnt   *ebpf.Map
 }
 
-// loadEBPF loads the filter for ports (empty: every port) with the
-// loopback mode loopNone; other modes load on first use.
+// loadEBPF loads the filter for ports (empty: every port) for LinkRaw
+// sockets without loopback check; other kinds load on first use.
 func loadEBPF(ports []uint16) (*ebpfFilter, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("memlock: %w", err)
@@ -57,19 +58,26 @@ func loadEBPF(ports []uint16) (*ebpfFilter, error) {
 	}
 	ports = slices.Clone(ports)
 	f := &ebpfFilter{spec: spec, ports: ports, progs: map[int]*ebpf.Program{}}
-	if _, err := f.prog(loopNone); err != nil {
+	if _, err := f.prog(loopNone, LinkRaw); err != nil {
 		f.close()
 		return nil, err
 	}
 	return f, nil
 }
 
-// prog returns the program for loopback mode loop, loading it once.
-func (f *ebpfFilter) prog(loop int) (*ebpf.Program, error) {
+// prog returns the program for loopback mode loop and link type link
+// (LinkEthernet: the socket's data starts at an Ethernet header), loading
+// it once.
+func (f *ebpfFilter) prog(loop, link int) (*ebpf.Program, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if p := f.progs[loop]; p != nil {
+	key := loop<<8 | link
+	if p := f.progs[key]; p != nil {
 		return p, nil
+	}
+	netOff := uint32(0)
+	if link == LinkEthernet {
+		netOff = etherHdr
 	}
 	spec := f.spec.Copy()
 	var set [1024]uint64
@@ -80,7 +88,7 @@ func (f *ebpfFilter) prog(loop int) (*ebpf.Program, error) {
 	if len(f.ports) == 0 {
 		anyPort = 1
 	}
-	for name, v := range map[string]any{"ports": set, "any_port": anyPort, "loop_mode": uint8(loop)} {
+	for name, v := range map[string]any{"ports": set, "any_port": anyPort, "loop_mode": uint8(loop), "net_off": netOff} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
@@ -99,14 +107,14 @@ func (f *ebpfFilter) prog(loop int) (*ebpf.Program, error) {
 	if f.flows == nil {
 		f.flows, f.cnt = objs.Flows, objs.Counters
 	}
-	f.progs[loop] = objs.CaptureFilter
+	f.progs[key] = objs.CaptureFilter
 	return objs.CaptureFilter, nil
 }
 
-// attach puts loopback mode loop's program on socket fd (replacing any
-// classic filter).
-func (f *ebpfFilter) attach(fd, loop int) error {
-	p, err := f.prog(loop)
+// attach puts the program for loopback mode loop and link type link on
+// socket fd (replacing any classic filter).
+func (f *ebpfFilter) attach(fd, loop, link int) error {
+	p, err := f.prog(loop, link)
 	if err != nil {
 		return err
 	}

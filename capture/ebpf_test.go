@@ -73,7 +73,7 @@ func testEBPF(t testing.TB, ports []uint16) *ebpfFilter {
 // offset) and reports whether it was kept.
 func (f *ebpfFilter) run(t testing.TB, frame []byte) bool {
 	t.Helper()
-	p, err := f.prog(loopNone)
+	p, err := f.prog(loopNone, LinkRaw) // the test run's data starts at the IP header
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ const (
 	filterVarAnyPort        = "any_port"
 	filterVarHrrRandom      = "hrr_random"
 	filterVarLoopMode       = "loop_mode"
+	filterVarNetOff         = "net_off"
 	filterVarPorts          = "ports"
 )
 
@@ -103,6 +104,7 @@ type filterVariableSpecs struct {
 	AnyPort   *ebpf.VariableSpec `ebpf:"any_port"`
 	HrrRandom *ebpf.VariableSpec `ebpf:"hrr_random"`
 	LoopMode  *ebpf.VariableSpec `ebpf:"loop_mode"`
+	NetOff    *ebpf.VariableSpec `ebpf:"net_off"`
 	Ports     *ebpf.VariableSpec `ebpf:"ports"`
 }
 
@@ -144,6 +146,7 @@ type filterVariables struct {
 	AnyPort   *ebpf.Variable `ebpf:"any_port"`
 	HrrRandom *ebpf.Variable `ebpf:"hrr_random"`
 	LoopMode  *ebpf.Variable `ebpf:"loop_mode"`
+	NetOff    *ebpf.Variable `ebpf:"net_off"`
 	Ports     *ebpf.Variable `ebpf:"ports"`
 }
 

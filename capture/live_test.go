@@ -493,6 +493,14 @@ func TestDrops(t *testing.T) {
 // test's own port: loopback frames are Ethernet with zero MACs, each
 // datagram is seen once.
 func TestLoopback(t *testing.T) {
+	for _, filter := range []string{FilterClassic, FilterEBPF} {
+		t.Run(filter, func(t *testing.T) { testLoopback(t, filter) })
+	}
+}
+
+// testLoopback: each datagram on lo is seen once (the outgoing copy is
+// dropped in the kernel), with the classic and with the eBPF filter.
+func testLoopback(t *testing.T, filter string) {
 	testenv.NeedRoot(t)
 	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
 	if err != nil {
@@ -501,7 +509,10 @@ func TestLoopback(t *testing.T) {
 	defer pc.Close()
 	up := port(pc.LocalAddr())
 	col := newCollector(2)
-	c, stop := startCapture(t, "", Config{Ifaces: []string{"lo"}, Ports: []uint16{up}, Workers: 2}, col.handle)
+	c, stop := startCapture(t, "", Config{Ifaces: []string{"lo"}, Ports: []uint16{up}, Workers: 2, SkipNoise: true, Filter: filter}, col.handle)
+	if c.Filter() != filter {
+		t.Fatalf("filter %s, want %s (%s)", c.Filter(), filter, c.WhyClassic())
+	}
 	conn, err := net.Dial("udp4", pc.LocalAddr().String())
 	if err != nil {
 		t.Fatal(err)

@@ -254,7 +254,7 @@ func (g *group) join(ifindex int, filter []bpf.RawInstruction, ebpf *ebpfFilter,
 	}
 	for _, r := range g.rings {
 		if ebpf != nil {
-			if err := ebpf.attach(r.fd, loop); err != nil {
+			if err := ebpf.attach(r.fd, loop, g.linkType); err != nil {
 				return fmt.Errorf("capture: %s: attach eBPF filter: %w", g.name, err)
 			}
 			continue

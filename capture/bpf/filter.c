@@ -38,6 +38,9 @@ volatile const __u8 any_port;
 /* 0: no loopback check; 1: the socket is bound to loopback (drop every
  * outgoing copy); 2: bound to no device (drop the outgoing copy on lo). */
 volatile const __u8 loop_mode;
+/* Where the network header starts in the socket's data: 14 on a SOCK_RAW
+ * socket of an Ethernet device (or loopback), 0 on SOCK_DGRAM. */
+volatile const __u32 net_off;
 
 struct flow_key {
 	__u32 ifindex;
@@ -91,9 +94,12 @@ static __always_inline int port_in(__u16 p)
 	return (ports[(p >> 6) & 1023] >> (p & 63)) & 1;
 }
 
+/* load reads len bytes at off from the network header. Not
+ * bpf_skb_load_bytes_relative: it reads only the linear part of the skb,
+ * and a TCP payload (on loopback, for one) sits in page fragments. */
 static __always_inline int load(struct __sk_buff *skb, __u32 off, void *to, __u32 len)
 {
-	return bpf_skb_load_bytes_relative(skb, off, to, len, BPF_HDR_START_NET);
+	return bpf_skb_load_bytes(skb, net_off + off, to, len);
 }
 
 /* The HelloRetryRequest random, RFC 8446 section 4.1.3. */

@@ -5,6 +5,8 @@ package main
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"crypto/tls"
 	"encoding/csv"
 	"encoding/json"
@@ -38,6 +40,17 @@ type cpuResult struct {
 	serverUs             float64 // nginx CPU µs per handshake (loadgen, measured window)
 	groups               map[string]int
 	rateAchieved         float64
+	rate                 float64 // asked for
+
+	noAgent        bool                // the "none" arm: no pqwatch at all
+	bpf            map[string]bpfProg  // pqwatch's BPF programs over the load window, by name
+	hostBusyTicks  uint64              // /proc/stat busy ticks over the load window
+	hostAllTicks   uint64
+	packets        float64 // packets pqwatch read from the rings over the window
+	vol, invol     uint64  // pqwatch's context switches over the window
+	refNsPerWakeup float64 // the reference process's CPU per voluntary switch
+	loadBefore     string  // /proc/loadavg at the start of the run
+	invalid        []string // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
 }
 
 // startNginx runs nginx in the foreground (daemon off) with a throwaway
@@ -107,7 +120,10 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	r := &cpuResult{extra: extra}
+	r := &cpuResult{extra: extra, rate: o.rate, loadBefore: loadAvg()}
+	if len(extra) == 1 && extra[0] == "none" {
+		r.noAgent, r.extra = true, nil
+	}
 	var err error
 	if r.port, err = testenv.FreePort(); err != nil {
 		return nil, err
@@ -117,13 +133,12 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 		return nil, err
 	}
 	defer ngx.stop()
-	mport, err := testenv.FreePort()
+	pq, sc, err := r.startAgent(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	pq, sc, err := startPqwatch(ctx, o, "", "lo", fmt.Sprintf("127.0.0.1:%d", mport), append([]string{"-ports", strconv.Itoa(r.port)}, extra...)...)
-	if err != nil {
-		return nil, err
+	if r.noAgent {
+		return r, r.load(ctx, o, dir, ngx, nil, nil)
 	}
 	defer pq.stop()
 
@@ -171,12 +186,35 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	r.idleNs, r.idleFor = schedNs(pq.pid(), false)-idle0, time.Since(idleStart)
 	if ref != nil {
 		r.refNs = schedNs(ref.pid(), false) - ref0
+		if v, _ := ctxSwitches(ref.pid()); v > 0 {
+			r.refNsPerWakeup = float64(schedNs(ref.pid(), false)) / float64(v)
+		}
 		ref.stop()
 	}
+	return r, r.load(ctx, o, dir, ngx, pq, sc)
+}
 
-	before, err := sc.scrape(ctx)
+// startAgent starts pqwatch for the arm (none for the "none" arm).
+func (r *cpuResult) startAgent(ctx context.Context, o options) (*proc, *scraper, error) {
+	if r.noAgent {
+		return nil, nil, nil
+	}
+	mport, err := testenv.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	return startPqwatch(ctx, o, "", "lo", fmt.Sprintf("127.0.0.1:%d", mport), append([]string{"-ports", strconv.Itoa(r.port)}, r.extra...)...)
+}
+
+// load runs loadgen against nginx and measures the window; pq and sc are
+// nil for the "none" arm.
+func (r *cpuResult) load(ctx context.Context, o options, dir string, ngx, pq *proc, sc *scraper) error {
+	var before sample
+	var err error
+	if sc != nil {
+		if before, err = sc.scrape(ctx); err != nil {
+			return err
+		}
 	}
 	out := filepath.Join(dir, "loadgen")
 	args := []string{"loadgen", "-target", fmt.Sprintf("127.0.0.1:%d", r.port), "-sni", "pqwatch.test", "-insecure",
@@ -194,65 +232,88 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 		lout.w = os.Stderr
 	}
 	lg.Stdout, lg.Stderr = &lout, &lout
-	p0, err := cpuTicks(pq.pid())
-	if err != nil {
-		return nil, err
+	var p0, pqNs0, vol0, invol0 uint64
+	var bpf0 map[uint32]bpfProg
+	if pq != nil {
+		if p0, err = cpuTicks(pq.pid()); err != nil {
+			return err
+		}
+		pqNs0, bpf0 = schedNs(pq.pid(), false), bpfProgs(pq.pid())
+		vol0, invol0 = ctxSwitches(pq.pid())
 	}
-	pqNs0, ngxNs0 := schedNs(pq.pid(), false), schedNs(ngx.pid(), true)
+	ngxNs0 := schedNs(ngx.pid(), true)
+	busy0, all0 := hostCPU()
 	loadStart := time.Now()
 	if err = spawn(lg); err == nil {
 		err = lg.Wait()
 	}
-	if err != nil {
-		return nil, fmt.Errorf("loadgen: %v: %s", err, lout.tail(800))
+	if _, serr := os.Stat(filepath.Join(out, "results.json")); err != nil && serr != nil {
+		return fmt.Errorf("loadgen: %v: %s", err, lout.tail(800))
 	}
+	// loadgen exits 1 when the machine could not keep its schedule (a trial
+	// it judges invalid); the CPU figures below are per handshake and stay
+	// true, and the trial's reasons are printed with them.
 	// Handshakes are counted at ServerHello time; give the last ones time
 	// to be handed over from the ring (a partly filled block waits up to
-	// the block timeout), then stop the clock.
-	time.Sleep(blockTimeout(extra) + 500*time.Millisecond)
-	p1, err := cpuTicks(pq.pid())
-	if err != nil {
-		return nil, err
-	}
-	r.pqNs, r.ngxNs = schedNs(pq.pid(), false)-pqNs0, schedNs(ngx.pid(), true)-ngxNs0
-	after, err := sc.scrape(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r.pqwatchTicks, r.loadFor = p1-p0, time.Since(loadStart)
-	r.observed = after.sum("pqwatch_handshakes_total") - before.sum("pqwatch_handshakes_total")
-	r.observedOK = after.sumWhere("pqwatch_handshakes_total", `outcome="ok"`) - before.sumWhere("pqwatch_handshakes_total", `outcome="ok"`)
+	// the block timeout), then stop the clock. The "none" arm waits as
+	// long, so that the host figures cover the same span.
+	time.Sleep(blockTimeout(r.extra) + 500*time.Millisecond)
+	busy1, all1 := hostCPU()
+	r.hostBusyTicks, r.hostAllTicks = busy1-busy0, all1-all0
+	r.ngxNs = schedNs(ngx.pid(), true) - ngxNs0
+	r.loadFor = time.Since(loadStart)
 	r.nginxWorkers = 1
+	if pq != nil {
+		p1, err := cpuTicks(pq.pid())
+		if err != nil {
+			return err
+		}
+		r.pqNs, r.bpf = schedNs(pq.pid(), false)-pqNs0, bpfDelta(bpf0, bpfProgs(pq.pid()))
+		v1, i1 := ctxSwitches(pq.pid())
+		r.vol, r.invol = v1-vol0, i1-invol0
+		after, err := sc.scrape(ctx)
+		if err != nil {
+			return err
+		}
+		r.pqwatchTicks = p1 - p0
+		r.observed = after.sum("pqwatch_handshakes_total") - before.sum("pqwatch_handshakes_total")
+		r.observedOK = after.sumWhere("pqwatch_handshakes_total", `outcome="ok"`) - before.sumWhere("pqwatch_handshakes_total", `outcome="ok"`)
+		r.packets = after.sum("pqwatch_capture_packets_total") - before.sum("pqwatch_capture_packets_total")
+	}
 
 	var res struct {
 		Trials []struct {
 			RateAchieved            float64        `json:"rate_achieved"`
+			InvalidReasons          []string       `json:"invalid_reasons"`
 			ServerCPUUsPerHandshake *float64       `json:"server_cpu_us_per_handshake"`
 			Groups                  map[string]int `json:"groups"`
 		} `json:"trials"`
 	}
 	b, err := os.ReadFile(filepath.Join(out, "results.json"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("results.json: %w", err)
+		return fmt.Errorf("results.json: %w", err)
 	}
-	if len(res.Trials) == 0 || res.Trials[0].ServerCPUUsPerHandshake == nil {
-		return nil, fmt.Errorf("results.json: no server_cpu_us_per_handshake (loadgen did not find nginx's processes)")
+	if len(res.Trials) == 0 {
+		return fmt.Errorf("results.json: no trial")
 	}
-	r.serverUs = *res.Trials[0].ServerCPUUsPerHandshake
+	if res.Trials[0].ServerCPUUsPerHandshake != nil {
+		r.serverUs = *res.Trials[0].ServerCPUUsPerHandshake
+	}
+	r.invalid = res.Trials[0].InvalidReasons
 	r.groups = res.Trials[0].Groups
 	r.rateAchieved = res.Trials[0].RateAchieved
 
 	f, err := os.Open(filepath.Join(out, "requests.csv"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	rows, err := csv.NewReader(f).ReadAll()
 	if err != nil {
-		return nil, fmt.Errorf("requests.csv: %w", err)
+		return fmt.Errorf("requests.csv: %w", err)
 	}
 	col := map[string]int{}
 	if len(rows) > 0 {
@@ -263,7 +324,7 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	ei, ok1 := col["error"]
 	si, ok2 := col["status"]
 	if !ok1 || !ok2 {
-		return nil, fmt.Errorf("requests.csv: no error/status columns")
+		return fmt.Errorf("requests.csv: no error/status columns")
 	}
 	for _, row := range rows[1:] {
 		r.clientSent++
@@ -271,7 +332,10 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 			r.clientOK++
 		}
 	}
-	return r, nil
+	if r.noAgent {
+		r.observed = float64(r.clientOK)
+	}
+	return nil
 }
 
 // blockTimeout is the ring block timeout of a pqwatch run with these flags.
@@ -300,67 +364,143 @@ func (r *cpuResult) preciseRatio() float64 {
 	return 100 * float64(r.pqNs) / float64(r.ngxNs)
 }
 
-func printCPU(o options, rs []*cpuResult, spread []string) {
-	fmt.Printf("\nlive CPU: nginx %s (1 worker, ECDSA P-256 cert) on a loopback port, pqwatch run -iface lo -ports PORT,\n"+
-		"  loadgen -arm hybrid=X25519MLKEM768,x25519 at %g/s for %s (+%s warm-up; pqwatch's CPU counts it too)\n",
-		nginxVersion(), o.rate, o.duration, o.warmup)
+// pqTotalNs is pqwatch's whole cost over the window: its threads' run
+// time and its BPF programs' (which run in other processes' contexts).
+func (r *cpuResult) pqTotalNs() uint64 {
+	t := r.pqNs
+	for _, p := range r.bpf {
+		t += p.runNs
+	}
+	return t
+}
+
+// totalRatio is pqTotalNs over nginx's run time, in percent.
+func (r *cpuResult) totalRatio() float64 {
+	if r.ngxNs == 0 {
+		return 0
+	}
+	return 100 * float64(r.pqTotalNs()) / float64(r.ngxNs)
+}
+
+// hostUs is the host's busy CPU per completed request, µs.
+func (r *cpuResult) hostUs() float64 {
+	if r.clientOK == 0 {
+		return 0
+	}
+	return float64(r.hostBusyTicks*tickUs) / float64(r.clientOK)
+}
+
+func (r *cpuResult) label() string {
+	if r.noAgent {
+		return "(no agent)"
+	}
+	if len(r.extra) == 0 {
+		return "(defaults)"
+	}
+	return strings.Join(r.extra, " ")
+}
+
+func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
+	fmt.Printf("\nlive CPU at %g/s: nginx %s (1 worker, ECDSA P-256 cert) on a loopback port, pqwatch run -iface lo -ports PORT,\n"+
+		"  loadgen -arm hybrid=X25519MLKEM768,x25519 for %s (+%s warm-up; counted too); median of %d interleaved trials\n",
+		rs[0].rate, nginxVersion(), o.duration, o.warmup, trials)
 	row := func(label string, f func(r *cpuResult) string) {
-		fmt.Printf("  %-38s", label)
+		fmt.Printf("  %-46s", label)
 		for _, r := range rs {
-			fmt.Printf(" %18s", f(r))
+			v := "-"
+			if !r.noAgent || strings.HasPrefix(label, "client") || strings.HasPrefix(label, "host") || strings.HasPrefix(label, "nginx") || strings.HasPrefix(label, "load") || strings.HasPrefix(label, "arm") {
+				v = f(r)
+			}
+			fmt.Printf(" %20s", v)
 		}
 		fmt.Println()
 	}
-	row("pqwatch run flags", func(r *cpuResult) string {
-		if len(r.extra) == 0 {
-			return "(defaults)"
+	var none *cpuResult
+	for _, r := range rs {
+		if r.noAgent {
+			none = r
 		}
-		return strings.Join(r.extra, " ")
-	})
+	}
+	row("arm (pqwatch run flags / env)", func(r *cpuResult) string { return r.label() })
+	row("load average at the trial's start", func(r *cpuResult) string { return r.loadBefore })
 	row("client requests completed / sent", func(r *cpuResult) string { return fmt.Sprintf("%d/%d", r.clientOK, r.clientSent) })
-	row("negotiated groups (measured window)", func(r *cpuResult) string {
-		var gs []string
-		for g, n := range r.groups {
-			gs = append(gs, fmt.Sprintf("%s=%d", g, n))
+	row("  rate achieved /s", func(r *cpuResult) string { return fmt.Sprintf("%.0f", r.rateAchieved) })
+	row("handshakes pqwatch observed (ok)", func(r *cpuResult) string { return fmt.Sprintf("%.0f (%.0f)", r.observed, r.observedOK) })
+	row("nginx µs/handshake (schedstat)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.ngxNs)/1000/r.observed) })
+	row("pqwatch threads µs/handshake (schedstat)", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.pqNs)/1000/r.observed) })
+	names := map[string]bool{}
+	for _, r := range rs {
+		for n := range r.bpf {
+			names[n] = true
 		}
-		return strings.Join(gs, " ")
-	})
-	row("handshakes pqwatch observed", func(r *cpuResult) string { return fmt.Sprintf("%.0f", r.observed) })
-	row("  of them outcome=ok", func(r *cpuResult) string { return fmt.Sprintf("%.0f", r.observedOK) })
-	row("pqwatch CPU ms (utime+stime)", func(r *cpuResult) string { return fmt.Sprintf("%.0f", float64(r.pqwatchTicks*tickUs)/1000) })
-	row("pqwatch idle CPU ms/s (no traffic)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.idleMsPerS()) })
-	row("  reference: Go process, 1 wakeup/s", func(r *cpuResult) string {
-		return fmt.Sprintf("%.1f", float64(r.refNs)/1e6/r.idleFor.Seconds())
-	})
-	row("pqwatch µs CPU per handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.pqUs()) })
-	row("nginx µs CPU per handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.serverUs) })
-	row("pqwatch / nginx (aim < 2%)", func(r *cpuResult) string {
-		ratio := 100 * r.pqUs() / r.serverUs
-		v := "ok"
-		if ratio >= 2 {
-			v = "OVER"
-		}
-		return fmt.Sprintf("%.2f%% %s", ratio, v)
-	})
-	row("  same, idle cost taken out", func(r *cpuResult) string {
-		return fmt.Sprintf("%.2f%%", 100*r.pqUsMarginal()/r.serverUs)
-	})
-	row("precise (schedstat): pqwatch µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.pqNs)/1000/r.observed) })
-	row("precise (schedstat): nginx µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.ngxNs)/1000/r.observed) })
-	row("precise (schedstat): pqwatch / nginx", func(r *cpuResult) string {
-		return fmt.Sprintf("%.2f%%", r.preciseRatio())
-	})
-	if o.trials > 1 {
-		i := 0
-		row(fmt.Sprintf("  range over %d trials (median shown)", o.trials), func(r *cpuResult) string {
-			i++
-			return spread[i-1]
+	}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		row(fmt.Sprintf("  BPF %s µs/handshake (runs)", n), func(r *cpuResult) string {
+			p := r.bpf[n]
+			return fmt.Sprintf("%.3f (%.1f)", float64(p.runNs)/1000/r.observed, float64(p.count)/r.observed)
 		})
 	}
+	row("pqwatch threads + BPF µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.pqTotalNs())/1000/r.observed) })
+	row("  / nginx (limit 1.5%, aim 1%)", func(r *cpuResult) string {
+		v := "ok"
+		switch x := r.totalRatio(); {
+		case x > 1.5:
+			v = "OVER"
+		case x > 1:
+			v = "<1.5"
+		}
+		return fmt.Sprintf("%.2f%% %s", r.totalRatio(), v)
+	})
+	i := 0
+	row(fmt.Sprintf("  range over %d trials", trials), func(r *cpuResult) string { i++; return spread[i-1] })
+	row("host busy µs/request (/proc/stat, all CPUs)", func(r *cpuResult) string { return fmt.Sprintf("%.0f", r.hostUs()) })
+	if none != nil {
+		row("  minus the no-agent arm's", func(r *cpuResult) string { return fmt.Sprintf("%+.0f", r.hostUs()-none.hostUs()) })
+	}
+	row("host busy share of all CPUs", func(r *cpuResult) string {
+		return fmt.Sprintf("%.0f%%", 100*float64(r.hostBusyTicks)/float64(max(r.hostAllTicks, 1)))
+	})
+	// What remains, per handshake.
+	row("packets read from the rings /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", r.packets/r.observed) })
+	row("wakeups (voluntary switches) /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.vol)/r.observed) })
+	row("  µs per wakeup (reference Go process)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.refNsPerWakeup/1000) })
+	row("  => wakeups µs/handshake", func(r *cpuResult) string {
+		return fmt.Sprintf("%.2f", float64(r.vol)*r.refNsPerWakeup/1000/r.observed)
+	})
+	row("idle ms/s (no traffic; reference 1 wakeup/s)", func(r *cpuResult) string {
+		return fmt.Sprintf("%.1f (%.1f)", r.idleMsPerS(), float64(r.refNs)/1e6/r.idleFor.Seconds())
+	})
+	// Per packet: the difference in packets and in pqwatch's threads' time
+	// between an arm and the classic-filter arm (same rate, same records).
+	var classic *cpuResult
 	for _, r := range rs {
-		if int(r.observed) != r.clientOK {
-			fmt.Printf("  note (%s): pqwatch observed %.0f handshakes, the client completed %d\n",
-				strings.Join(r.extra, " "), r.observed, r.clientOK)
+		if slices.Contains(r.extra, "PQWATCH_CAPTURE_FILTER=classic") {
+			classic = r
+		}
+	}
+	if classic != nil {
+		row("  µs per packet (vs classic arm: Δtime/Δpackets)", func(r *cpuResult) string {
+			dp := classic.packets/classic.observed - r.packets/r.observed
+			if r == classic || dp < 0.5 || len(r.extra) != 0 {
+				return "-"
+			}
+			dt := float64(classic.pqNs)/classic.observed - float64(r.pqNs)/r.observed
+			return fmt.Sprintf("%.2f", dt/1000/dp)
+		})
+	}
+	row("  threads minus wakeups µs (packets, records)", func(r *cpuResult) string {
+		rest := float64(r.pqNs)/1000/r.observed - float64(r.vol)*r.refNsPerWakeup/1000/r.observed
+		return fmt.Sprintf("%.2f", rest)
+	})
+	for _, r := range rs {
+		for _, why := range r.invalid {
+			if len(why) > 160 {
+				why = why[:160] + "…"
+			}
+			fmt.Printf("  note (%s): loadgen: %s\n", r.label(), why)
+		}
+		if !r.noAgent && int(r.observed) != r.clientOK {
+			fmt.Printf("  note (%s): pqwatch observed %.0f handshakes, the client completed %d\n", r.label(), r.observed, r.clientOK)
 		}
 	}
 }
@@ -385,4 +525,60 @@ func nginxVersion() string {
 		return s[i+1:]
 	}
 	return s
+}
+
+// maxRate finds the highest handshake rate nginx sustains on this machine
+// with no agent running: loadgen's own search (a trial passes when it keeps
+// its schedule, completes every request without errors and keeps p99 under
+// 100 ms), with short trials.
+func maxRate(ctx context.Context, o options, dir string) (float64, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return 0, "", err
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		return 0, "", err
+	}
+	ngx, err := startNginx(ctx, o, dir, port)
+	if err != nil {
+		return 0, "", err
+	}
+	defer ngx.stop()
+	out := filepath.Join(dir, "loadgen")
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer lcancel()
+	lg := exec.CommandContext(lctx, o.bin, "loadgen", "-target", fmt.Sprintf("127.0.0.1:%d", port), "-sni", "pqwatch.test", "-insecure",
+		"-arm", "hybrid=X25519MLKEM768,x25519", "-rate", "600", "-max-rate-search",
+		"-duration", "3s", "-warmup", "1s", "-trials", "1", "-server-pid", strconv.Itoa(ngx.pid()), "-out", out)
+	lg.Cancel = func() error { return lg.Process.Signal(syscall.SIGTERM) }
+	lg.WaitDelay = 5 * time.Second
+	lg.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var lout syncBuf
+	if o.verbose {
+		lout.w = os.Stderr
+	}
+	lg.Stdout, lg.Stderr = &lout, &lout
+	if err = spawn(lg); err == nil {
+		err = lg.Wait()
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("loadgen: %v: %s", err, lout.tail(800))
+	}
+	var res struct {
+		MaxRates []struct {
+			Rate      float64  `json:"max_rate"`
+			LimitedBy []string `json:"limited_by"`
+		} `json:"max_rates"`
+	}
+	b, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		return 0, "", err
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		return 0, "", fmt.Errorf("results.json: %w", err)
+	}
+	if len(res.MaxRates) == 0 || res.MaxRates[0].Rate <= 0 {
+		return 0, "", fmt.Errorf("loadgen found no sustained rate: %s", b)
+	}
+	return res.MaxRates[0].Rate, strings.Join(res.MaxRates[0].LimitedBy, "; "), nil
 }

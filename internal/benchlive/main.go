@@ -41,6 +41,7 @@ import (
 type options struct {
 	bin      string
 	rate     float64
+	rates    []string // "max": the highest rate nginx sustains here (a loadgen search)
 	duration time.Duration
 	warmup   time.Duration
 	conns    int
@@ -63,19 +64,30 @@ func main() {
 	var o options
 	var ladder string
 	flag.StringVar(&o.bin, "pqwatch", "bin/pqwatch", "pqwatch `binary`")
-	flag.Float64Var(&o.rate, "rate", 300, "handshakes per second of the live load")
+	var rates string
+	flag.StringVar(&rates, "rate", "600,max", "handshakes per second of the live load, a comma-separated list; max: the highest rate nginx sustains on this machine (loadgen -max-rate-search, without pqwatch)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured window of the live load")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "loadgen warm-up before the window (pqwatch's CPU counts it too)")
 	flag.IntVar(&o.conns, "conns", 2000, "connections in the replayed capture")
 	flag.IntVar(&o.bulk, "bulk", 32<<10, "bytes of application data per replayed connection")
 	flag.StringVar(&ladder, "pps", "50000,100000,200000,400000,top", "replay packet-rate ladder (top = --topspeed); stops at the first step that loses packets")
-	flag.DurationVar(&o.timeout, "timeout", 240*time.Second, "bound on the whole run")
+	flag.DurationVar(&o.timeout, "timeout", 25*time.Minute, "bound on the whole run")
 	flag.StringVar(&o.only, "only", "", "run only one part: cpu or replay")
 	flag.IntVar(&o.loop, "loop", 1, "replay the capture this many times per step (the same connections again: pqwatch should count each time)")
 	flag.BoolVar(&o.verbose, "v", false, "show the subprocesses' output")
 	flag.IntVar(&o.trials, "trials", 3, "runs of each CPU arm, interleaved; the median is shown")
-	flag.StringVar(&o.arms, "arms", "|-no-process-tracking", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1)")
+	flag.StringVar(&o.arms, "arms", "|PQWATCH_CAPTURE_FILTER=classic|-no-process-tracking|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1); none: no pqwatch (the whole-host reference)")
 	flag.Parse()
+	for _, r := range strings.Split(rates, ",") {
+		if r = strings.TrimSpace(r); r == "max" {
+			o.rates = append(o.rates, r)
+		} else if x, err := strconv.ParseFloat(r, 64); err == nil && x > 0 {
+			o.rates = append(o.rates, r)
+		} else {
+			fmt.Fprintf(os.Stderr, "benchlive: -rate: bad rate %q\n", r)
+			os.Exit(2)
+		}
+	}
 	for _, s := range strings.Split(ladder, ",") {
 		s = strings.TrimSpace(s)
 		if s == "top" || s == "topspeed" {
@@ -182,40 +194,32 @@ func run(o options) int {
 
 	status := 0
 	if doCPU {
-		// The default agent, and the same without process tracking (its
-		// /proc scans and socket attribution) to show what that part costs.
-		// Each arm runs o.trials times, interleaved (a machine that gets
-		// busier affects every arm alike); the trial with the median
-		// ratio is printed, with the range of all.
-		arms := strings.Split(o.arms, "|")
-		all := make([][]*cpuResult, len(arms))
-	trials:
-		for t := range max(o.trials, 1) {
-			for i, arm := range arms {
-				if ctx.Err() != nil {
-					break trials
-				}
-				r, err := cpuFigure(ctx, o, filepath.Join(tmp, fmt.Sprintf("cpu%d-%d", i, t)), strings.Fields(arm)...)
+		if enableBPFStats() {
+			fmt.Println("benchlive: kernel.bpf_stats_enabled on for the run (restored at exit): BPF run time counted")
+		} else {
+			fmt.Println("benchlive: kernel.bpf_stats_enabled could not be set: BPF run time not counted")
+		}
+		fmt.Printf("benchlive: %d CPUs, load average %s at the start\n", runtime.NumCPU(), loadAvg())
+		for ri, rate := range o.rates {
+			if ctx.Err() != nil {
+				break
+			}
+			ro := o
+			if rate == "max" {
+				mr, why, err := maxRate(ctx, o, filepath.Join(tmp, "maxrate"))
 				if err != nil {
-					fmt.Fprintln(os.Stderr, "benchlive: CPU figure:", err)
+					fmt.Fprintln(os.Stderr, "benchlive: max-rate search:", err)
 					status = 1
-					break trials
+					continue
 				}
-				all[i] = append(all[i], r)
+				fmt.Printf("\nbenchlive: highest rate nginx sustains here (loadgen -max-rate-search, no agent): %.0f/s (above it: %s)\n", mr, why)
+				ro.rate = mr
+			} else {
+				ro.rate, _ = strconv.ParseFloat(rate, 64)
 			}
-		}
-		var rs []*cpuResult
-		var spread []string
-		for _, runs := range all {
-			if len(runs) == 0 {
-				continue
+			if st := cpuRuns(ctx, ro, filepath.Join(tmp, fmt.Sprintf("rate%d", ri))); st != 0 {
+				status = st
 			}
-			slices.SortFunc(runs, func(a, b *cpuResult) int { return cmp.Compare(a.preciseRatio(), b.preciseRatio()) })
-			rs = append(rs, runs[len(runs)/2])
-			spread = append(spread, fmt.Sprintf("%.2f%%–%.2f%%", runs[0].preciseRatio(), runs[len(runs)-1].preciseRatio()))
-		}
-		if len(rs) > 0 {
-			printCPU(o, rs, spread)
 		}
 	}
 	if doReplay && ctx.Err() == nil {
@@ -243,4 +247,52 @@ func missing(bins []string) string {
 		}
 	}
 	return strings.Join(m, ", ")
+}
+
+// cpuRuns runs every arm o.trials times at o.rate, interleaved (a machine
+// that gets busier affects every arm alike), and prints the trial with the
+// median ratio of each arm, with the range of all.
+func cpuRuns(ctx context.Context, o options, dir string) int {
+	arms := strings.Split(o.arms, "|")
+	all := make([][]*cpuResult, len(arms))
+	status := 0
+trials:
+	for t := range max(o.trials, 1) {
+		for i, arm := range arms {
+			if ctx.Err() != nil {
+				break trials
+			}
+			r, err := cpuFigure(ctx, o, filepath.Join(dir, fmt.Sprintf("cpu%d-%d", i, t)), strings.Fields(arm)...)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "benchlive: CPU figure:", err)
+				status = 1
+				break trials
+			}
+			all[i] = append(all[i], r)
+		}
+	}
+	var rs []*cpuResult
+	var spread []string
+	n := 0
+	for _, runs := range all {
+		if len(runs) == 0 {
+			continue
+		}
+		n = max(n, len(runs))
+		key := (*cpuResult).totalRatio
+		if runs[0].noAgent {
+			key = (*cpuResult).hostUs
+		}
+		slices.SortFunc(runs, func(a, b *cpuResult) int { return cmp.Compare(key(a), key(b)) })
+		rs = append(rs, runs[len(runs)/2])
+		if runs[0].noAgent {
+			spread = append(spread, fmt.Sprintf("host %.0f–%.0f µs", runs[0].hostUs(), runs[len(runs)-1].hostUs()))
+		} else {
+			spread = append(spread, fmt.Sprintf("%.2f%%–%.2f%%", runs[0].totalRatio(), runs[len(runs)-1].totalRatio()))
+		}
+	}
+	if len(rs) > 0 {
+		printCPU(o, rs, spread, n)
+	}
+	return status
 }
