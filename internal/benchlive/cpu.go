@@ -5,16 +5,16 @@ package main
 
 import (
 	"context"
-	"maps"
-	"slices"
 	"crypto/tls"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,14 +42,14 @@ type cpuResult struct {
 	rateAchieved         float64
 	rate                 float64 // asked for
 
-	noAgent        bool                // the "none" arm: no pqwatch at all
-	bpf            map[string]bpfProg  // pqwatch's BPF programs over the load window, by name
-	hostBusyTicks  uint64              // /proc/stat busy ticks over the load window
+	noAgent        bool               // the "none" arm: no pqwatch at all
+	bpf            map[string]bpfProg // pqwatch's BPF programs over the load window, by name
+	hostBusyTicks  uint64             // /proc/stat busy ticks over the load window
 	hostAllTicks   uint64
-	packets        float64 // packets pqwatch read from the rings over the window
-	vol, invol     uint64  // pqwatch's context switches over the window
-	refNsPerWakeup float64 // the reference process's CPU per voluntary switch
-	loadBefore     string  // /proc/loadavg at the start of the run
+	packets        float64  // packets pqwatch read from the rings over the window
+	vol, invol     uint64   // pqwatch's context switches over the window
+	refNsPerWakeup float64  // the reference process's CPU per voluntary switch
+	loadBefore     string   // /proc/loadavg at the start of the run
 	invalid        []string // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
 }
 
