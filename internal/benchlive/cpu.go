@@ -49,6 +49,7 @@ type cpuResult struct {
 	packets        float64  // packets pqwatch read from the rings over the window
 	vol, invol     uint64   // pqwatch's context switches over the window
 	refNsPerWakeup float64  // the reference process's CPU per voluntary switch
+	idleVol        uint64   // pqwatch's voluntary switches over the idle period
 	loadBefore     string   // /proc/loadavg at the start of the run
 	invalid        []string // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
 }
@@ -178,12 +179,15 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 		ref0 = schedNs(ref.pid(), false)
 	}
 	idle0, idleStart := schedNs(pq.pid(), false), time.Now()
+	idleVol0, _ := ctxSwitches(pq.pid())
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(3 * time.Second):
 	}
 	r.idleNs, r.idleFor = schedNs(pq.pid(), false)-idle0, time.Since(idleStart)
+	idleVol1, _ := ctxSwitches(pq.pid())
+	r.idleVol = idleVol1 - idleVol0
 	if ref != nil {
 		r.refNs = schedNs(ref.pid(), false) - ref0
 		if v, _ := ctxSwitches(ref.pid()); v > 0 {
@@ -435,9 +439,9 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(names)) {
-		row(fmt.Sprintf("  BPF %s µs/handshake (runs)", n), func(r *cpuResult) string {
+		row(fmt.Sprintf("  BPF %s µs/handshake (runs, ns/run)", n), func(r *cpuResult) string {
 			p := r.bpf[n]
-			return fmt.Sprintf("%.3f (%.1f)", float64(p.runNs)/1000/r.observed, float64(p.count)/r.observed)
+			return fmt.Sprintf("%.2f (%.1f, %.0f)", float64(p.runNs)/1000/r.observed, float64(p.count)/r.observed, float64(p.runNs)/float64(max(p.count, 1)))
 		})
 	}
 	row("pqwatch threads + BPF µs/handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.pqTotalNs())/1000/r.observed) })
@@ -460,37 +464,53 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 	row("host busy share of all CPUs", func(r *cpuResult) string {
 		return fmt.Sprintf("%.0f%%", 100*float64(r.hostBusyTicks)/float64(max(r.hostAllTicks, 1)))
 	})
-	// What remains, per handshake.
-	row("packets read from the rings /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", r.packets/r.observed) })
-	row("wakeups (voluntary switches) /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.vol)/r.observed) })
-	row("  µs per wakeup (reference Go process)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", r.refNsPerWakeup/1000) })
-	row("  => wakeups µs/handshake", func(r *cpuResult) string {
-		return fmt.Sprintf("%.2f", float64(r.vol)*r.refNsPerWakeup/1000/r.observed)
-	})
-	row("idle ms/s (no traffic; reference 1 wakeup/s)", func(r *cpuResult) string {
-		return fmt.Sprintf("%.1f (%.1f)", r.idleMsPerS(), float64(r.refNs)/1e6/r.idleFor.Seconds())
-	})
-	// Per packet: the difference in packets and in pqwatch's threads' time
-	// between an arm and the classic-filter arm (same rate, same records).
+	// What remains, per handshake: wakeups at what pqwatch's own wakeups
+	// cost when idle (nothing to read: timers, the runtime), packets at
+	// what one packet fewer saved against the classic-filter arm (same
+	// rate, same records), and the rest per record.
 	var classic *cpuResult
 	for _, r := range rs {
 		if slices.Contains(r.extra, "PQWATCH_CAPTURE_FILTER=classic") {
 			classic = r
 		}
 	}
-	if classic != nil {
-		row("  µs per packet (vs classic arm: Δtime/Δpackets)", func(r *cpuResult) string {
-			dp := classic.packets/classic.observed - r.packets/r.observed
-			if r == classic || dp < 0.5 || len(r.extra) != 0 {
-				return "-"
-			}
-			dt := float64(classic.pqNs)/classic.observed - float64(r.pqNs)/r.observed
-			return fmt.Sprintf("%.2f", dt/1000/dp)
-		})
+	perPacket := func(r *cpuResult) (float64, bool) {
+		if classic == nil || r == classic || len(r.extra) != 0 {
+			return 0, false
+		}
+		dp := classic.packets/classic.observed - r.packets/r.observed
+		if dp < 0.5 {
+			return 0, false
+		}
+		return (float64(classic.pqNs)/classic.observed - float64(r.pqNs)/r.observed) / 1000 / dp, true
 	}
-	row("  threads minus wakeups µs (packets, records)", func(r *cpuResult) string {
-		rest := float64(r.pqNs)/1000/r.observed - float64(r.vol)*r.refNsPerWakeup/1000/r.observed
-		return fmt.Sprintf("%.2f", rest)
+	wakeUs := func(r *cpuResult) float64 {
+		if r.idleVol == 0 {
+			return 0
+		}
+		return float64(r.idleNs) / float64(r.idleVol) / 1000
+	}
+	row("breakdown: packets read /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", r.packets/r.observed) })
+	row("  µs per packet (Δ vs the classic arm)", func(r *cpuResult) string {
+		if c, ok := perPacket(r); ok {
+			return fmt.Sprintf("%.2f", c)
+		}
+		return "-"
+	})
+	row("  wakeups (voluntary switches) /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.vol)/r.observed) })
+	row("  µs per wakeup (pqwatch idle: CPU/switches)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", wakeUs(r)) })
+	row("  µs/handshake: packets | wakeups | rest", func(r *cpuResult) string {
+		total := float64(r.pqNs) / 1000 / r.observed
+		w := float64(r.vol) * wakeUs(r) / r.observed
+		c, ok := perPacket(r)
+		if !ok {
+			return fmt.Sprintf("- | %.1f | %.1f", w, total-w)
+		}
+		p := c * r.packets / r.observed
+		return fmt.Sprintf("%.1f | %.1f | %.1f", p, w, total-w-p)
+	})
+	row("idle ms/s (no traffic; reference 1 wakeup/s)", func(r *cpuResult) string {
+		return fmt.Sprintf("%.1f (%.1f)", r.idleMsPerS(), float64(r.refNs)/1e6/r.idleFor.Seconds())
 	})
 	for _, r := range rs {
 		for _, why := range r.invalid {
