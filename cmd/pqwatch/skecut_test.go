@@ -26,8 +26,8 @@ import (
 
 // TestServerKeyExchangeCut is the capture with a ServerKeyExchange cut out.
 // Two namespaces joined by a veth at MTU 1500; a crypto/tls server sends
-// TLS 1.2 with a certificate chain of about 8 KB, so its first flight spans
-// six or more segments and the ServerKeyExchange is in the last ones. Three
+// TLS 1.2 with a certificate chain of about 11.5 KB, so its first flight
+// spans nine segments and the ServerKeyExchange is in the last one. Three
 // clients (x25519, secp256r1, secp384r1: the group each negotiated is the
 // truth) are captured on the client's veth. Then, with editcap:
 //   - the x25519 flow loses the frame tshark dissects the ServerKeyExchange
@@ -172,7 +172,11 @@ func TestServerKeyExchangeCut(t *testing.T) {
 	if code != 0 || !strings.Contains(text, "unknown") {
 		t.Errorf("text report (exit %d) does not say unknown:\n%s", code, text)
 	}
-	t.Logf("server frames (frame, client port) %v; cut %d and %d\ntcpdump: %q\n%s", server, cutSKE, cutCert, capt.Stderr, text)
+	chain := 0
+	for _, c := range cert.Certificate {
+		chain += len(c)
+	}
+	t.Logf("chain %d bytes in %d certificates; server frames (frame, client port) %v; cut %d and %d\ntcpdump: %q\n%s", chain, len(cert.Certificate), server, cutSKE, cutCert, capt.Stderr, text)
 }
 
 // hasType reports whether tshark's comma-separated tls.handshake.type list
@@ -206,7 +210,7 @@ func analyzeRecords(t *testing.T, file string) map[string]*record.Handshake {
 }
 
 // bigChain is a self-signed ECDSA leaf followed by six filler certificates
-// with 60 DNS names each (about 8 KB in all). The client does not verify
+// with 60 DNS names each (about 11.5 KB in all). The client does not verify
 // the chain; crypto/tls parses every certificate, so they are real ones.
 func bigChain(t *testing.T) tls.Certificate {
 	t.Helper()
