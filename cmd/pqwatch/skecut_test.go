@@ -27,7 +27,7 @@ import (
 // TestServerKeyExchangeCut is the capture with a ServerKeyExchange cut out.
 // Two namespaces joined by a veth at MTU 1500; a crypto/tls server sends
 // TLS 1.2 with a certificate chain of about 11.5 KB, so its first flight
-// spans nine segments and the ServerKeyExchange is in the last one. Three
+// spans about nine segments, the ServerKeyExchange in the last of them. Three
 // clients (x25519, secp256r1, secp384r1: the group each negotiated is the
 // truth) are captured on the client's veth. Then, with editcap:
 //   - the x25519 flow loses the frame tshark dissects the ServerKeyExchange
