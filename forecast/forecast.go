@@ -40,15 +40,22 @@
 //     their order after them). [GoPolicy] is Go 1.26's default list,
 //     [CaddyPolicy] Caddy 2.11's.
 //   - [ModeTuples]: OpenSSL 3.5 and later (SSL_CTX_set1_groups_list with
-//     "/" tuples). The server walks its tuples in order and stops at the
-//     first tuple holding a candidate. Inside that tuple a group the client
-//     sent a key share for wins (existing key shares trump preference order
-//     inside a tuple; among several, the client's key_share order); if the
-//     client sent none for that tuple, an HRR asks for the tuple's first
-//     candidate in server order, even when the client sent a share for a
+//     "/" tuples; ssl/statem/extensions_srvr.c tls_parse_ctos_key_share),
+//     without SSL_OP_SERVER_PREFERENCE (OpenSSL's default; nginx's
+//     ssl_prefer_server_ciphers off). The server walks its tuples in order
+//     and stops at the first tuple holding a candidate. Inside that tuple a
+//     group the client sent a key share for wins (existing key shares
+//     trump preference order inside a tuple; among several, the first in
+//     the client's key_share order); if the client sent none for that
+//     tuple, an HRR asks for the tuple's candidate that comes first in the
+//     client's supported_groups, even when the client sent a share for a
 //     group of a later tuple. A list without "/" is one tuple, as in
 //     OpenSSL; "a / b / c" is strict server preference.
 //     [DefaultPolicy] is OpenSSL 3.5's built-in default.
+//   - [ModeTuplesServer]: the same with SSL_OP_SERVER_PREFERENCE (nginx's
+//     ssl_prefer_server_ciphers on): inside the tuple the share, and
+//     without one the HRR, goes to the tuple's first candidate in server
+//     order; a TLS 1.2 client gets the server's first group it offers.
 //   - [ModeClientShare]: OpenSSL 3.0 to 3.4 (Debian bookworm's nginx): the
 //     first client key share, in the client's order, for a candidate group
 //     is taken; without one, an HRR asks for the first candidate in the
@@ -125,9 +132,10 @@ const (
 	ModeGo          Mode = iota // Go crypto/tls 1.24+, Caddy: PQ first, then key share, then server order
 	ModeTuples                  // OpenSSL 3.5+: first tuple with a mutual group; key share wins inside it
 	ModeClientShare             // OpenSSL 3.0-3.4: first acceptable client key share, else HRR in client order
+	ModeTuplesServer            // OpenSSL 3.5+ with server preference: tuples, server order inside a tuple
 )
 
-var modeNames = [...]string{ModeGo: "go", ModeTuples: "openssl3.5", ModeClientShare: "openssl3.0"}
+var modeNames = [...]string{ModeGo: "go", ModeTuples: "openssl3.5", ModeClientShare: "openssl3.0", ModeTuplesServer: "openssl3.5-server"}
 
 func (m Mode) String() string {
 	if int(m) < len(modeNames) {
@@ -137,18 +145,20 @@ func (m Mode) String() string {
 }
 
 // ParseMode accepts "go" (also "caddy"), "openssl3.5" (also "openssl35",
-// "tuples", "openssl") and "openssl3.0" (also "openssl30",
-// "client-share").
+// "tuples", "openssl"), "openssl3.5-server" (also "openssl35-server",
+// "tuples-server") and "openssl3.0" (also "openssl30", "client-share").
 func ParseMode(s string) (Mode, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "go", "caddy", "crypto/tls":
 		return ModeGo, nil
 	case "openssl3.5", "openssl35", "openssl", "tuples":
 		return ModeTuples, nil
+	case "openssl3.5-server", "openssl35-server", "tuples-server":
+		return ModeTuplesServer, nil
 	case "openssl3.0", "openssl30", "client-share", "clientshare":
 		return ModeClientShare, nil
 	}
-	return 0, fmt.Errorf("%w: unknown mode %q (want go, openssl3.5 or openssl3.0)", ErrPolicy, s)
+	return 0, fmt.Errorf("%w: unknown mode %q (want go, openssl3.5, openssl3.5-server or openssl3.0)", ErrPolicy, s)
 }
 
 // Policy is a server's key exchange configuration.
@@ -447,6 +457,14 @@ func Predict(p Policy, r *record.Handshake) Outcome {
 }
 
 func predictTLS12(p *Policy, r *record.Handshake) Outcome {
+	if p.Mode == ModeTuplesServer { // server preference
+		for _, g := range p.Groups {
+			if !isPQ(g) && has(r.OfferedIDs, g) {
+				return Outcome{Kind: Classical, Group: g, Reason: ReasonTLS12}
+			}
+		}
+		return Outcome{Kind: Classical, Reason: ReasonTLS12}
+	}
 	for _, g := range r.OfferedIDs {
 		if !isPQ(g) && p.index(g) >= 0 {
 			return Outcome{Kind: Classical, Group: g, Reason: ReasonTLS12}
@@ -493,7 +511,8 @@ func select13(p *Policy, r *record.Handshake) (g uint16, hrr bool) {
 			return firstShare, false
 		}
 		return first, first != 0
-	case ModeTuples:
+	case ModeTuples, ModeTuplesServer:
+		server := p.Mode == ModeTuplesServer
 		for i := 0; i < len(p.Groups); {
 			t := p.tuple(i)
 			j := i
@@ -501,14 +520,27 @@ func select13(p *Policy, r *record.Handshake) (g uint16, hrr bool) {
 				j++
 			}
 			tup := p.Groups[i:j]
-			for _, g := range shares { // client order
-				if mutual(g) && has(tup, g) {
-					return g, false
+			if server {
+				for _, g := range tup { // server order
+					if mutual(g) && has(shares, g) {
+						return g, false
+					}
 				}
-			}
-			for _, g := range tup {
-				if mutual(g) {
-					return g, true
+				for _, g := range tup {
+					if mutual(g) {
+						return g, true
+					}
+				}
+			} else {
+				for _, g := range shares { // client key_share order
+					if mutual(g) && has(tup, g) {
+						return g, false
+					}
+				}
+				for _, g := range offered { // client supported_groups order
+					if has(tup, g) {
+						return g, true
+					}
 				}
 			}
 			i = j

@@ -85,6 +85,13 @@ func TestPredict(t *testing.T) {
 		{"strict server order", Policy{Groups: []uint16{p256, x25519}, Tuple: []uint8{0, 1}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519}), want{HRR, p256, ReasonNoShare}, false},
 		{"one tuple takes any share", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519}), want{Classical, x25519, ReasonNoPQOffered}, false},
 		{"tuple: client share order", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuples}, hello("13", []uint16{x25519, p256}, []uint16{x25519, p256}), want{Classical, x25519, ReasonNoPQOffered}, false},
+		// OpenSSL 3.5 with and without server preference inside a tuple
+		// (tls_parse_ctos_key_share's two check_overlap orders).
+		{"tuple hrr: client's order", Policy{Groups: []uint16{x25519, p256}, Mode: ModeTuples}, hello("13", []uint16{p256, x25519}, nil), want{HRR, p256, ReasonNoShare}, false},
+		{"tuple hrr: server's order", Policy{Groups: []uint16{x25519, p256}, Mode: ModeTuplesServer}, hello("13", []uint16{p256, x25519}, nil), want{HRR, x25519, ReasonNoShare}, false},
+		{"tuple share: server's order", Policy{Groups: []uint16{p256, x25519}, Mode: ModeTuplesServer}, hello("13", []uint16{x25519, p256}, []uint16{x25519, p256}), want{Classical, p256, ReasonNoPQOffered}, false},
+		{"tuples-server: strict between tuples", Policy{Groups: []uint16{mlkem, x25519, p256}, Tuple: []uint8{0, 1, 1}, Mode: ModeTuplesServer}, hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), want{HRR, mlkem, ReasonPQNoShare}, false},
+		{"tls1.2 server order", Policy{Groups: []uint16{x25519, p256}, Mode: ModeTuplesServer}, hello("12", []uint16{p256, x25519}, nil), want{Classical, x25519, ReasonTLS12}, false},
 		{"kyber draft only", GoPolicy, hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), want{Classical, x25519, ReasonNoMutualPQ}, false},
 		{"policy prefers classical", Policy{Groups: []uint16{x25519, mlkem}, Tuple: []uint8{0, 1}, Mode: ModeTuples}, hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), want{Classical, x25519, ReasonPolicyClassic}, false},
 		{"tls1.2 client", GoPolicy, hello("12", []uint16{x25519, p256}, nil), want{Classical, x25519, ReasonTLS12}, false},
@@ -228,6 +235,7 @@ func TestParsePolicy(t *testing.T) {
 		{in: "openssl35", want: DefaultPolicy},
 		{in: "OpenSSL3.5", want: DefaultPolicy},
 		{in: "openssl30", want: OpenSSL30Policy},
+		{in: "openssl3.5-server=X25519MLKEM768/x25519:P-256", want: Policy{Groups: []uint16{mlkem, x25519, p256}, Tuple: []uint8{0, 1, 1}, Mode: ModeTuplesServer}},
 		{in: "openssl35=X25519MLKEM768/x25519", want: Policy{Groups: []uint16{mlkem, x25519}, Tuple: []uint8{0, 1}, Mode: ModeTuples}},
 		{in: "?*X25519MLKEM768 / ?*X25519:?secp256r1 / ?X448:?secp384r1:?secp521r1 / ?ffdhe2048:?ffdhe3072", want: DefaultPolicy},
 		{in: "openssl3.0=X25519:prime256v1", want: Policy{Groups: []uint16{x25519, p256}, Mode: ModeClientShare}},

@@ -56,7 +56,7 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.out, "o", "-", "output `FILE` (- for stdout)")
 	fs.StringVar(&c.ports, "ports", "", "only TCP/UDP `ports` (comma-separated) are examined; TLS is found by content on any port by default")
 	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows, least recently active evicted (run: per capture worker)")
-	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5= or openssl3.0= for the selection rule; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
+	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5=, openssl3.5-server= or openssl3.0= for the selection rule, or a name: go, caddy, openssl35, openssl30; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
 	registerExpect(fs, &c.expect)
 }
 
