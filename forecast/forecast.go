@@ -129,10 +129,10 @@ type Mode uint8
 
 // Modes.
 const (
-	ModeGo          Mode = iota // Go crypto/tls 1.24+, Caddy: PQ first, then key share, then server order
-	ModeTuples                  // OpenSSL 3.5+: first tuple with a mutual group; key share wins inside it
-	ModeClientShare             // OpenSSL 3.0-3.4: first acceptable client key share, else HRR in client order
-	ModeTuplesServer            // OpenSSL 3.5+ with server preference: tuples, server order inside a tuple
+	ModeGo           Mode = iota // Go crypto/tls 1.24+, Caddy: PQ first, then key share, then server order
+	ModeTuples                   // OpenSSL 3.5+: first tuple with a mutual group; key share wins inside it
+	ModeClientShare              // OpenSSL 3.0-3.4: first acceptable client key share, else HRR in client order
+	ModeTuplesServer             // OpenSSL 3.5+ with server preference: tuples, server order inside a tuple
 )
 
 var modeNames = [...]string{ModeGo: "go", ModeTuples: "openssl3.5", ModeClientShare: "openssl3.0", ModeTuplesServer: "openssl3.5-server"}
