@@ -40,34 +40,7 @@ func TestMain(m *testing.M) {
 		runHelperServer()
 		return
 	}
-	renice()
 	os.Exit(m.Run())
-}
-
-// testNice is the priority the tests run at, as root. The test machine is
-// shared (other packages' tests and builds run beside these): a load
-// generator at the default priority lags its schedule there, and the
-// trials are (rightly) invalid. The servers the tests start inherit it.
-const testNice = -10
-
-// renice moves this process into a session of its own, whose autogroup
-// (with autogroups, a nice value counts only within the session's group)
-// it sets to testNice, and sets every thread to testNice too (setpriority
-// acts on one thread on Linux; threads created later inherit it). The
-// session that ran go test keeps its own priority.
-func renice() {
-	if os.Geteuid() != 0 {
-		return
-	}
-	if _, err := syscall.Setsid(); err == nil {
-		_ = os.WriteFile("/proc/self/autogroup", []byte(strconv.Itoa(testNice)), 0)
-	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, e := range tasks {
-		if tid, err := strconv.Atoi(e.Name()); err == nil {
-			_ = syscall.Setpriority(syscall.PRIO_PROCESS, tid, testNice)
-		}
-	}
 }
 
 func osGetpid() int { return os.Getpid() }

@@ -304,8 +304,10 @@ func TestCaddySelfSigned(t *testing.T) {
 	// reading of Caddy have it. No -server-pid: loadgen finds Caddy as the
 	// owner of the listening socket.
 	cpu := startSchedSampler(func() []int { return []int{cd.pid} })
+	wire := startWireCapture(t, portOf(t, cd.addr))
 	m := runMain(t, append(args, "-insecure"), func() { _ = os.Truncate(cd.accessLog, 0) })
 	cpu.Stop()
+	checkWire(t, m.res, wire.stop(t), 200*time.Millisecond)
 	res := m.res
 	if m.code != 0 {
 		t.Fatalf("with -insecure: exit %d\n%s\n%s", m.code, m.stdout, m.stderr)
@@ -580,6 +582,7 @@ func TestFiguresNginx(t *testing.T) {
 	slices.Sort(pids)
 	_, decoyPIDs := decoy.ours()
 	cpu := startSchedSampler(func() []int { return pids })
+	wire := startWireCapture(t, n.port)
 	c := &Config{
 		Target: n.addr(), SNI: "localhost", RootCAs: certPool(t, filepath.Join(n.dir, "cert.pem")),
 		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
@@ -587,6 +590,7 @@ func TestFiguresNginx(t *testing.T) {
 	}
 	res := runAB(t, c, func() { _ = os.Truncate(filepath.Join(n.dir, "access.log"), 0) })
 	cpu.Stop()
+	checkWire(t, res, wire.stop(t), c.Warmup)
 	for _, tr := range res.Trials {
 		if !tr.Valid {
 			t.Errorf("trial %d %s invalid: %v", tr.ID, tr.Arm, tr.InvalidReasons)
@@ -702,8 +706,10 @@ func TestLadderCaddy(t *testing.T) {
 		c.Rates, c.Duration, c.Warmup, c.Trials = []float64{100, 200, 400}, 10*time.Second, 2*time.Second, 5
 	}
 	cpu := startSchedSampler(func() []int { return []int{cd.pid} })
+	wire := startWireCapture(t, portOf(t, cd.addr))
 	res := runAB(t, c, func() { _ = os.Truncate(cd.accessLog, 0) })
 	cpu.Stop()
+	checkWire(t, res, wire.stop(t), c.Warmup)
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768"}, true)
 	checkFigures(t, res, readCaddyLog(t, cd.accessLog), cpu, []int{cd.pid})
 	if len(res.Study) != 2 {
