@@ -566,23 +566,17 @@ type schedSampler struct {
 	mu      sync.Mutex
 	at      []time.Time
 	ns      []float64
-	rss     []float64 // bytes, from /proc/PID/statm
+	rss     []float64 // bytes, VmRSS from /proc/PID/status
 	stop    chan struct{}
 	stopped chan struct{}
 }
 
 func startSchedSampler(pids func() []int) *schedSampler {
 	s := &schedSampler{stop: make(chan struct{}), stopped: make(chan struct{})}
-	page := float64(os.Getpagesize())
 	read := func() (float64, float64) {
-		var total, rss float64
+		var total float64
+		rss := float64(vmRSS(pids()))
 		for _, pid := range pids() {
-			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid)); err == nil {
-				if fs := strings.Fields(string(b)); len(fs) > 1 {
-					v, _ := strconv.ParseFloat(fs[1], 64)
-					rss += v * page
-				}
-			}
 			tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 			for _, f := range tasks {
 				b, err := os.ReadFile(f)
@@ -618,6 +612,28 @@ func startSchedSampler(pids func() []int) *schedSampler {
 }
 
 func (s *schedSampler) Stop() { close(s.stop); <-s.stopped }
+
+// vmRSS sums the resident memory of the processes, in bytes, from the
+// VmRSS line of /proc/PID/status (loadgen reads /proc/PID/stat).
+func vmRSS(pids []int) int64 {
+	var sum int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			continue
+		}
+		for l := range strings.SplitSeq(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				f := strings.Fields(v)
+				if len(f) == 2 && f[1] == "kB" {
+					kb, _ := strconv.ParseInt(f[0], 10, 64)
+					sum += kb << 10
+				}
+			}
+		}
+	}
+	return sum
+}
 
 // between returns the run time in [a, b), interpolated between samples.
 func (s *schedSampler) between(a, b time.Time) time.Duration {
