@@ -33,7 +33,14 @@ const dumpcapBin = "/usr/bin/dumpcap"
 type wireConn struct {
 	port uint16    // the client's port
 	syn  time.Time // the client's SYN
-	last time.Time // the connection's last packet (the client's close: its close_notify and FIN, or the server's RST to them)
+	// last is the client's close: its first FIN, or without one (a
+	// server's RST came first) its last packet with a payload (the TLS
+	// close_notify). Not the connection's last packet: a server that
+	// lingers on its side of the close sends its last ones when it gets
+	// round to it, after the client is done.
+	last     time.Time
+	fin      bool
+	lastData time.Time
 }
 
 // wireCapture is a running dumpcap.
@@ -148,8 +155,8 @@ func (w *wireCapture) stop(t testing.TB) []wireConn {
 }
 
 // readWire reads the connections to port in a pcap file of Ethernet
-// frames (Linux's lo): a client's SYN opens one, every later packet
-// between its port and port is its last until the next SYN.
+// frames (Linux's lo): a client's SYN opens one, until the next SYN from
+// its port.
 func readWire(file string, port uint16) ([]wireConn, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -178,19 +185,21 @@ func readWire(file string, port uint16) ([]wireConn, error) {
 			continue
 		}
 		var tcp []byte
+		var tcpLen int // the TCP segment's length from the IP header (the capture keeps 128 bytes)
 		switch binary.BigEndian.Uint16(data[12:14]) {
 		case 0x0800:
 			ip := data[14:]
 			if len(ip) < 20 || ip[9] != 6 {
 				continue
 			}
-			tcp = ip[int(ip[0]&0xf)*4:]
+			hl := int(ip[0]&0xf) * 4
+			tcp, tcpLen = ip[hl:], int(binary.BigEndian.Uint16(ip[2:4]))-hl
 		case 0x86dd:
 			ip := data[14:]
 			if len(ip) < 40 || ip[6] != 6 {
 				continue
 			}
-			tcp = ip[40:]
+			tcp, tcpLen = ip[40:], int(binary.BigEndian.Uint16(ip[4:6]))
 		default:
 			continue
 		}
@@ -198,7 +207,8 @@ func readWire(file string, port uint16) ([]wireConn, error) {
 			continue
 		}
 		src, dst, flags := binary.BigEndian.Uint16(tcp[0:2]), binary.BigEndian.Uint16(tcp[2:4]), tcp[13]
-		const fSYN, fACK = 0x02, 0x10
+		payload := tcpLen - int(tcp[12]>>4)*4
+		const fFIN, fSYN, fACK = 0x01, 0x02, 0x10
 		client := src
 		if src == port {
 			client = dst
@@ -208,11 +218,22 @@ func readWire(file string, port uint16) ([]wireConn, error) {
 				continue // a retransmitted SYN
 			}
 			open[client] = len(conns)
-			conns = append(conns, wireConn{port: client, syn: ci.Timestamp, last: ci.Timestamp})
+			conns = append(conns, wireConn{port: client, syn: ci.Timestamp})
 			continue
 		}
-		if i, ok := open[client]; ok {
-			conns[i].last = ci.Timestamp
+		if i, ok := open[client]; ok && dst == port {
+			c := &conns[i]
+			if flags&fFIN != 0 && !c.fin {
+				c.fin, c.last = true, ci.Timestamp
+			}
+			if payload > 0 {
+				c.lastData = ci.Timestamp
+			}
+		}
+	}
+	for i := range conns {
+		if !conns[i].fin {
+			conns[i].last = conns[i].lastData
 		}
 	}
 	slices.SortStableFunc(conns, func(a, b wireConn) int { return a.syn.Compare(b.syn) })
@@ -243,8 +264,8 @@ const (
 // The test does not take T0 from loadgen: the k-th SYN (in time order) is
 // request k, sent no earlier than it was due, so T0 is estimated as the
 // earliest SYN_k - k/rate (late by the shortest send lag, tens of µs).
-// Each request's latency is then its connection's last packet minus
-// T0 + k/rate, its service time that minus its SYN. A trial's connections
+// Each request's latency is then the client's close on the wire (its FIN)
+// minus T0 + k/rate, its service time that minus its SYN. A trial's connections
 // are those whose SYN falls between its start and the next trial's.
 func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duration) {
 	t.Helper()
@@ -303,6 +324,18 @@ func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duratio
 			{"service p99", tr.ServiceMS.P99, nearestRank(svc, 0.99)},
 			{"send lag p99", tr.SendLagMS.P99, nearestRank(lag, 0.99)},
 		}
+		// rate_achieved: the requests sent in the window, by their SYNs
+		// (one either way at the window's edges: loadgen's clock reads
+		// before its dial).
+		sent := 0
+		for _, c := range mine {
+			if !c.syn.Before(tr.WindowStart) && c.syn.Before(tr.WindowEnd) {
+				sent++
+			}
+		}
+		if d := float64(sent) - tr.RateAchieved*tr.WindowEnd.Sub(tr.WindowStart).Seconds(); math.Abs(d) > 2.5 {
+			t.Errorf("trial %d %s: rate_achieved %.1f/s, the capture has %d SYNs in the window", tr.ID, tr.Arm, tr.RateAchieved, sent)
+		}
 		var b strings.Builder
 		for _, f := range figs {
 			fmt.Fprintf(&b, " %s %.3f (wire %.3f)", f.name, f.got, f.want)
@@ -311,8 +344,8 @@ func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duratio
 					f.want, wireTolMS, 100*wireTolShare)
 			}
 		}
-		t.Logf("trial %d %s: %d connections on the wire;%s ms; schedule origin from the SYNs %s after loadgen's",
-			tr.ID, tr.Arm, len(mine), b.String(), t0.Sub(tr.Start))
+		t.Logf("trial %d %s: %d connections on the wire, %d SYNs in the window (rate_achieved %.1f/s);%s ms; schedule origin from the SYNs %s after loadgen's",
+			tr.ID, tr.Arm, len(mine), sent, tr.RateAchieved, b.String(), t0.Sub(tr.Start))
 		checked++
 	}
 	if checked == 0 {
