@@ -308,7 +308,7 @@ func TestCaddySelfSigned(t *testing.T) {
 	wire := startWireCapture(t, portOf(t, cd.addr))
 	m := runMain(t, append(args, "-insecure"), func() { _ = os.Truncate(cd.accessLog, 0) })
 	cpu.Stop()
-	checkWire(t, m.res, wire.stop(t), 200*time.Millisecond)
+	checkWire(t, m.res, wire.stop(t), wireReqsCSV(t, m.out, m.res), 200*time.Millisecond)
 	res := m.res
 	if m.code != 0 {
 		t.Fatalf("with -insecure: exit %d\n%s\n%s", m.code, m.stdout, m.stderr)
@@ -614,7 +614,7 @@ func TestFiguresNginx(t *testing.T) {
 	res := runAB(t, c, func() { _ = os.Truncate(filepath.Join(n.dir, "access.log"), 0) })
 	cpu.Stop()
 	self.Stop()
-	checkWire(t, res, wire.stop(t), c.Warmup)
+	checkWire(t, res, wire.stop(t), wireReqs(res), c.Warmup)
 	logInvalid(t, res)
 	checkFigures(t, res, readNginxLog(t, filepath.Join(n.dir, "access.log")), cpu, pids, self)
 	if res.Server.SelectedBy != "listening socket" || len(res.Server.Listen) != 1 {
@@ -720,7 +720,7 @@ func TestLadderCaddy(t *testing.T) {
 	c := &Config{
 		Target: cd.addr, SNI: "localhost", RootCAs: certPool(t, cd.cert),
 		Arms:  mustArms(t, "classical=x25519", "hybrid=X25519MLKEM768,x25519"),
-		Rates: []float64{100, 200}, Duration: time.Second, Warmup: 200 * time.Millisecond, Trials: 2,
+		Rates: []float64{100, 200}, Duration: time.Second, Warmup: 200 * time.Millisecond, Trials: 2, KeepRequests: true,
 	}
 	if soak() {
 		c.Rates, c.Duration, c.Warmup, c.Trials = []float64{100, 200, 400}, 10*time.Second, 2*time.Second, 5
@@ -731,7 +731,7 @@ func TestLadderCaddy(t *testing.T) {
 	res := runAB(t, c, func() { _ = os.Truncate(cd.accessLog, 0) })
 	cpu.Stop()
 	self.Stop()
-	checkWire(t, res, wire.stop(t), c.Warmup)
+	checkWire(t, res, wire.stop(t), wireReqs(res), c.Warmup)
 	checkAB(t, res, map[string]string{"classical": "x25519", "hybrid": "X25519MLKEM768"}, true)
 	checkFigures(t, res, readCaddyLog(t, cd.accessLog), cpu, []int{cd.pid}, self)
 	if len(res.Study) != 2 {

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -240,37 +241,89 @@ func readWire(file string, port uint16) ([]wireConn, error) {
 	return conns, nil
 }
 
-// nearestRank is the ceil(q*n)-th smallest of xs (sorted).
-func nearestRank(xs []float64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(xs)))) - 1
+// nearestRank is the ceil(q*n)-th smallest of xs (sorted), or the one
+// up ranks above it.
+func nearestRank(xs []float64, q float64, up int) float64 {
+	i := int(math.Ceil(q*float64(len(xs)))) - 1 + up
 	return xs[min(max(i, 0), len(xs)-1)]
 }
 
 // Latency from the wire agrees with loadgen's within wireTolMS plus
-// wireTolShare of the figure: loadgen's clock reads before its dial and
-// after its close, a few tens of µs from the SYN and the last packet, more
-// when a thread is preempted in between on a busy host; the histogram's
-// percentiles are up to 0.78% high; the schedule's origin is estimated
-// from the SYNs (below).
+// wireTolShare of the figure, beyond the rank band of checkWire: loadgen's
+// clock reads before its dial and after its close, a few tens of µs from
+// the SYN and the FIN; the histogram's percentiles are up to 0.78% high;
+// the schedule's origin is estimated from the SYNs (below).
 const (
 	wireTolMS    = 0.5
 	wireTolShare = 0.05
 )
 
+// wireReq is what the join of a connection to loadgen's request takes
+// from loadgen: which request it was (trial, seq) and when its dial began.
+type wireReq struct {
+	trial, seq int
+	start      time.Time
+}
+
+// wireReqs lists the requests of res (KeepRequests).
+func wireReqs(res *Results) []wireReq {
+	var out []wireReq
+	for _, r := range res.Requests {
+		out = append(out, wireReq{trial: r.TrialID, seq: r.Seq, start: r.Start})
+	}
+	return out
+}
+
+// wireReqsCSV lists the requests of a run's requests.csv.
+func wireReqsCSV(t testing.TB, dir string, res *Results) []wireReq {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, FileRequests))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("requests.csv: %v", err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	var out []wireReq
+	for _, r := range rows[1:] {
+		id, _ := strconv.Atoi(r[col["trial_id"]])
+		seq, _ := strconv.Atoi(r[col["seq"]])
+		st, _ := strconv.ParseFloat(r[col["start_s"]], 64)
+		out = append(out, wireReq{trial: id, seq: seq, start: res.Started.Add(time.Duration(st * 1e9))})
+	}
+	return out
+}
+
 // checkWire checks each valid trial's latency percentiles (latency_ms
 // p50/p95/p99: from the intended send to the end; service_ms: from the
-// send) and its send lag p99 against the capture. Constant arrivals only:
-// request k of a trial is due at T0 + k/rate, with T0 the trial's start.
-// The test does not take T0 from loadgen: the k-th SYN (in time order) is
-// request k, sent no earlier than it was due, so T0 is estimated as the
-// earliest SYN_k - k/rate (late by the shortest send lag, tens of µs).
-// Each request's latency is then the client's close on the wire (its FIN)
-// minus T0 + k/rate, its service time that minus its SYN. A trial's connections
-// are those whose SYN falls between its start and the next trial's.
-func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duration) {
+// send), its send lag p99 and its rate_achieved against the capture.
+// Constant arrivals only: request seq k of a trial is due at T0 + k/rate,
+// with T0 the trial's start.
+//
+// A trial's connections are those whose SYN falls between its start and
+// the next trial's. They are joined to loadgen's requests in order: the
+// i-th SYN is the request whose dial began i-th (loadgen's requests
+// record when each dial began and its seq; a request's goroutine may be
+// scheduled late, after the next one's, so the order of the SYNs is not
+// the order of the seqs). The test does not take T0 from loadgen: no
+// request is sent before it is due, so T0 is the earliest SYN - seq/rate
+// (late by the shortest send lag, tens of µs). Each request's latency is
+// then the client's close on the wire (its FIN) minus T0 + seq/rate, its
+// service time that minus its SYN, its send lag its SYN minus T0 + seq/rate.
+func checkWire(t *testing.T, res *Results, conns []wireConn, reqs []wireReq, warmup time.Duration) {
 	t.Helper()
 	trials := slices.Clone(res.Trials)
 	slices.SortFunc(trials, func(a, b *TrialResult) int { return a.Start.Compare(b.Start) })
+	byTrial := map[int][]wireReq{}
+	for _, r := range reqs {
+		byTrial[r.trial] = append(byTrial[r.trial], r)
+	}
 	checked := 0
 	for i, tr := range trials {
 		var mine []wireConn
@@ -289,21 +342,25 @@ func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duratio
 		for due(nWarm) < warmup {
 			nWarm++
 		}
-		if len(mine) != nWarm+tr.Requests {
-			t.Errorf("trial %d %s: the capture has %d connections, loadgen %d requests (%d in the warm-up)", tr.ID, tr.Arm,
-				len(mine), nWarm+tr.Requests, nWarm)
+		rs := byTrial[tr.ID]
+		slices.SortStableFunc(rs, func(a, b wireReq) int { return a.start.Compare(b.start) })
+		if len(mine) != nWarm+tr.Requests || len(rs) != len(mine) {
+			t.Errorf("trial %d %s: the capture has %d connections, loadgen %d requests (%d in the warm-up; %d listed)", tr.ID, tr.Arm,
+				len(mine), nWarm+tr.Requests, nWarm, len(rs))
 			continue
 		}
 		t0 := mine[0].syn
 		for k, c := range mine {
-			if s := c.syn.Add(-due(k)); s.Before(t0) {
+			if s := c.syn.Add(-due(rs[k].seq)); s.Before(t0) {
 				t0 = s
 			}
 		}
 		var lat, svc, lag []float64
-		for k, c := range mine[nWarm:] {
-			k += nWarm
-			intended := t0.Add(due(k))
+		for k, c := range mine {
+			if rs[k].seq < nWarm {
+				continue
+			}
+			intended := t0.Add(due(rs[k].seq))
 			lat = append(lat, float64(c.last.Sub(intended))/1e6)
 			svc = append(svc, float64(c.last.Sub(c.syn))/1e6)
 			lag = append(lag, float64(c.syn.Sub(intended))/1e6)
@@ -311,18 +368,30 @@ func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duratio
 		slices.Sort(lat)
 		slices.Sort(svc)
 		slices.Sort(lag)
+		// Loadgen reads its clock before its dial and after its close: a
+		// thread preempted in between (on this shared host, milliseconds)
+		// makes that request's send late on the wire and its end early
+		// there. So loadgen's latency and service percentiles lie at or
+		// above the wire's at the same rank and at or below the wire's a
+		// few ranks higher, its send lag's at or below the wire's and at
+		// or above a few ranks lower: a preempted dial or close is allowed
+		// for 2% of the requests (at least one).
+		slack := max(1, int(math.Ceil(0.02*float64(len(lat)))))
 		type fig struct {
-			name      string
-			got, want float64
+			name string
+			got  float64
+			xs   []float64
+			q    float64
+			dir  int // the ranks the band extends: +1 up, -1 down
 		}
 		figs := []fig{
-			{"latency p50", tr.LatencyMS.P50, nearestRank(lat, 0.50)},
-			{"latency p95", tr.LatencyMS.P95, nearestRank(lat, 0.95)},
-			{"latency p99", tr.LatencyMS.P99, nearestRank(lat, 0.99)},
-			{"service p50", tr.ServiceMS.P50, nearestRank(svc, 0.50)},
-			{"service p95", tr.ServiceMS.P95, nearestRank(svc, 0.95)},
-			{"service p99", tr.ServiceMS.P99, nearestRank(svc, 0.99)},
-			{"send lag p99", tr.SendLagMS.P99, nearestRank(lag, 0.99)},
+			{"latency p50", tr.LatencyMS.P50, lat, 0.50, 1},
+			{"latency p95", tr.LatencyMS.P95, lat, 0.95, 1},
+			{"latency p99", tr.LatencyMS.P99, lat, 0.99, 1},
+			{"service p50", tr.ServiceMS.P50, svc, 0.50, 1},
+			{"service p95", tr.ServiceMS.P95, svc, 0.95, 1},
+			{"service p99", tr.ServiceMS.P99, svc, 0.99, 1},
+			{"send lag p99", tr.SendLagMS.P99, lag, 0.99, -1},
 		}
 		// rate_achieved: the requests sent in the window, by their SYNs
 		// (one either way at the window's edges: loadgen's clock reads
@@ -338,10 +407,18 @@ func checkWire(t *testing.T, res *Results, conns []wireConn, warmup time.Duratio
 		}
 		var b strings.Builder
 		for _, f := range figs {
-			fmt.Fprintf(&b, " %s %.3f (wire %.3f)", f.name, f.got, f.want)
-			if math.Abs(f.got-f.want) > wireTolMS+wireTolShare*f.want {
-				t.Errorf("trial %d %s: %s %.3f ms, the capture's %.3f ms (tolerance %.1f ms + %.0f%%)", tr.ID, tr.Arm, f.name, f.got,
-					f.want, wireTolMS, 100*wireTolShare)
+			lo, hi := nearestRank(f.xs, f.q, 0), nearestRank(f.xs, f.q, f.dir*slack)
+			if lo > hi {
+				lo, hi = hi, lo
+			}
+			fmt.Fprintf(&b, " %s %.3f (wire %.3f", f.name, f.got, lo)
+			if hi != lo {
+				fmt.Fprintf(&b, "..%.3f", hi)
+			}
+			b.WriteString(")")
+			if f.got < lo-wireTolMS-wireTolShare*lo || f.got > hi+wireTolMS+wireTolShare*hi {
+				t.Errorf("trial %d %s: %s %.3f ms, the capture's %.3f..%.3f ms (at its rank and %d rank(s) off; tolerance %.1f ms + %.0f%%)", tr.ID,
+					tr.Arm, f.name, f.got, lo, hi, slack, wireTolMS, 100*wireTolShare)
 			}
 		}
 		t.Logf("trial %d %s: %d connections on the wire, %d SYNs in the window (rate_achieved %.1f/s);%s ms; schedule origin from the SYNs %s after loadgen's",
