@@ -2,8 +2,8 @@ package loadgen
 
 import (
 	"bytes"
-	"encoding/csv"
 	"encoding/binary"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
