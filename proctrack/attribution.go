@@ -255,7 +255,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 	if ok {
 		gc := *g
 		r.Generation = &gc
-		a.t.ObserveHandshake(g, r.Group)
+		a.t.ObserveHandshake(g, record.GroupLabel(r))
 	}
 	a.next(r)
 }
@@ -271,7 +271,7 @@ func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
 		a.x.acc.byAccept.Add(1)
 		gc := *g
 		it.r.Generation = &gc
-		a.t.ObserveHandshake(g, it.r.Group)
+		a.t.ObserveHandshake(g, record.GroupLabel(it.r))
 		a.next(it.r)
 	case acceptUnknown:
 		if last {

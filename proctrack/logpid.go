@@ -165,7 +165,7 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 	switch g := r.Generation; {
 	case g == nil:
 		s.found.Add(1)
-		s.t.ObserveHandshake(found, r.Group)
+		s.t.ObserveHandshake(found, record.GroupLabel(r))
 	case g.ID == found.ID && g.MasterPID == found.MasterPID:
 		if g.WorkerPID == pid {
 			return true
@@ -177,7 +177,7 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 		return true
 	default:
 		s.corrected.Add(1)
-		s.t.moveHandshake(g, found, r.Group)
+		s.t.moveHandshake(g, found, record.GroupLabel(r))
 	}
 	gc := *found
 	gc.WorkerPID = pid

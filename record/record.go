@@ -63,6 +63,21 @@ const (
 	GroupMissingUnknown = "unknown"
 )
 
+// GroupLabel is the group metrics label h with: its group; for a
+// completed handshake without one, why (a GroupMissing value, unknown when
+// none is set); "none" for a handshake that did not complete.
+func GroupLabel(h *Handshake) string {
+	switch {
+	case h.Group != "":
+		return h.Group
+	case h.Outcome != OutcomeOK:
+		return "none"
+	case h.GroupMissing == GroupMissingResumed, h.GroupMissing == GroupMissingNoKeyExchange:
+		return h.GroupMissing
+	}
+	return GroupMissingUnknown
+}
+
 // Transport values.
 const (
 	TransportTCP  = "tcp"

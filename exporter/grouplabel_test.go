@@ -1,0 +1,27 @@
+package exporter
+
+import (
+	"testing"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// TestGroupIdxMatchesGroupLabel: pqwatch_handshakes_total labels a record's
+// group as record.GroupLabel says (the label
+// pqwatch_generation_handshakes_total uses), registered groups as they are.
+func TestGroupIdxMatchesGroupLabel(t *testing.T) {
+	for _, h := range []record.Handshake{
+		{Group: "X25519MLKEM768", Outcome: record.OutcomeOK},
+		{Group: "x25519", Outcome: record.OutcomeAlert},
+		{Outcome: record.OutcomeOK, GroupMissing: record.GroupMissingResumed},
+		{Outcome: record.OutcomeOK, GroupMissing: record.GroupMissingNoKeyExchange},
+		{Outcome: record.OutcomeOK, GroupMissing: record.GroupMissingUnknown},
+		{Outcome: record.OutcomeOK},
+		{Outcome: record.OutcomeReset},
+		{Outcome: record.OutcomeIncomplete, GroupMissing: record.GroupMissingUnknown},
+	} {
+		if got, want := groupValues[groupIdx(&h)], record.GroupLabel(&h); got != want {
+			t.Errorf("%+v: pqwatch_handshakes_total group %q, record.GroupLabel %q", h, got, want)
+		}
+	}
+}
