@@ -227,8 +227,6 @@ func CheckPolicy(es Expectations, r *record.Handshake) PolicyResult {
 	}
 	res.Checked = true
 	obsTLS12 := r.Version == "TLS1.2"
-	predicted := predictedText(o)
-	observed := observedText(r, obsName, obsHRR, obsTLS12)
 	isPQ := func(g uint16) bool { return tlsparse.Group(g).IsPQ() }
 	switch {
 	case o.Kind == forecast.Fail:
@@ -251,7 +249,7 @@ func CheckPolicy(es Expectations, r *record.Handshake) PolicyResult {
 	default:
 		return res
 	}
-	res.Reason = predicted + ", " + observed
+	res.Reason = predictedText(o) + ", " + observedText(r, obsName, obsHRR, obsTLS12)
 	return res
 }
 

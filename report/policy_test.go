@@ -275,3 +275,27 @@ func TestPolicyCheckFromRollups(t *testing.T) {
 		t.Logf("%v: %d handshakes, %d covered, %d checked, %d matched, %d violations %v, unchecked %v", decl, a.Handshakes, a.Covered, a.Checked, a.Matched, a.Violations, a.ByKind, a.Unchecked)
 	}
 }
+
+// TestCheckPolicyAllocs: run checks every record on the packet path; a
+// record that matches costs no allocation.
+func TestCheckPolicyAllocs(t *testing.T) {
+	e, _ := ParseExpectation("127.0.0.1:8443=go")
+	es := Expectations{e}
+	r := served(hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false)
+	if n := testing.AllocsPerRun(100, func() { CheckPolicy(es, r) }); n != 0 {
+		t.Errorf("%v allocs per matched record", n)
+	}
+}
+
+func BenchmarkCheckPolicy(b *testing.B) {
+	var es Expectations
+	for _, s := range []string{"openssl35", ":443=caddy", "127.0.0.1:8443=go"} {
+		e, _ := ParseExpectation(s)
+		es = append(es, e)
+	}
+	r := served(hello("13", []uint16{mlkem, x25519, p256}, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false)
+	b.ReportAllocs()
+	for b.Loop() {
+		CheckPolicy(es, r)
+	}
+}
