@@ -77,6 +77,7 @@ type NginxOptions struct {
 	// connection is a full handshake.
 	Resumption bool
 	Extra      string // extra server-block lines
+	HTTP2      bool   // listen with http2 too
 }
 
 // RecommendedLogFormat is the access-log format README recommends.
@@ -105,6 +106,10 @@ func StartNginxE(ctx context.Context, dir string, o NginxOptions) (*Nginx, error
 	if o.Resumption {
 		resumption = "ssl_session_tickets on;\n    ssl_session_cache shared:pq:1m;\n    ssl_session_timeout 5m;"
 	}
+	h2 := ""
+	if o.HTTP2 {
+		h2 = " http2"
+	}
 	curve := ""
 	if o.ECDHCurve != "" {
 		curve = "ssl_ecdh_curve " + o.ECDHCurve + ";"
@@ -117,7 +122,7 @@ http {
   access_log off;
   log_format pq %s;
   server {
-    listen %s ssl;
+    listen %s ssl%s;
     server_name pqwatch.test;
     ssl_certificate %s;
     ssl_certificate_key %s;
@@ -131,7 +136,7 @@ http {
     %s
   }
 }
-`, o.Workers, n.PidFile, n.ErrorLog, o.LogFormat, o.Listen, certFile, keyFile, resumption, curve, n.AccessLog, o.Extra)
+`, o.Workers, n.PidFile, n.ErrorLog, o.LogFormat, o.Listen, h2, certFile, keyFile, resumption, curve, n.AccessLog, o.Extra)
 	confFile := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
 		return nil, err
