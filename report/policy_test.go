@@ -299,3 +299,30 @@ func BenchmarkCheckPolicy(b *testing.B) {
 		CheckPolicy(es, r)
 	}
 }
+
+func FuzzParseExpectation(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:8443=go", "[::1]:443=caddy", ":443=openssl35", "*:443=go=x25519", "go", "X25519:P-256", "10.0.0.1:443=openssl3.5=X25519MLKEM768/x25519", "=", ":=", "1:2:3=go"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		e, err := ParseExpectation(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseExpectation(e.String())
+		if err != nil || back.String() != e.String() || back.Server != e.Server {
+			t.Fatalf("%q -> %q does not round-trip: %q %v", s, e.String(), back.String(), err)
+		}
+		r := served(hello("13", []uint16{mlkem, x25519}, []uint16{x25519}), "TLS1.3", x25519, false)
+		r.Server = e.Server
+		if e.Server == "" || e.Server[0] == ':' {
+			r.Server = "127.0.0.1" + e.Server
+			if e.Server == "" {
+				r.Server = "127.0.0.1:443"
+			}
+		}
+		if res := CheckPolicy(Expectations{e}, r); !res.Covered {
+			t.Fatalf("%q does not cover %s", s, r.Server)
+		}
+	})
+}
