@@ -105,6 +105,21 @@ var chartOptions = []struct {
 	{"prometheus-operator with a PodMonitor", map[string]any{
 		"podMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
 	}, []string{"prometheus-operator", "podmonitor"}},
+	{"kafka TLS with a client certificate", map[string]any{"kafka": map[string]any{"tls": map[string]any{
+		"enabled": true, "secretName": "pqwatch-kafka-tls", "caKey": "ca.crt", "certKey": "tls.crt", "keyKey": "tls.key",
+	}}}, []string{"kafka-tls"}},
+	{"kafka SASL", map[string]any{"kafka": map[string]any{"sasl": map[string]any{
+		"mechanism": "scram-sha-512", "username": "pqwatch", "passwordSecretName": "pqwatch-kafka-sasl",
+	}}}, []string{"kafka-sasl"}},
+	{"web config", map[string]any{"metrics": map[string]any{"webConfig": map[string]any{"enabled": true}}}, []string{"web-config"}},
+	{"web config with prometheus-operator", map[string]any{
+		"metrics":        map[string]any{"webConfig": map[string]any{"enabled": true}},
+		"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
+	}, []string{"prometheus-operator", "web-config"}},
+	{"web config with a PodMonitor", map[string]any{
+		"metrics":    map[string]any{"webConfig": map[string]any{"enabled": true}},
+		"podMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true},
+	}, []string{"prometheus-operator", "podmonitor", "web-config"}},
 }
 
 func TestHelmLint(t *testing.T) {
@@ -246,6 +261,12 @@ func TestHelmChartRefuses(t *testing.T) {
 		{map[string]any{"metrics": map[string]any{"bind": "localhost"}, "serviceMonitor": map[string]any{"enabled": true}}, "cannot reach 127.0.0.1"},
 		{map[string]any{"serviceMonitor": map[string]any{"enabled": true}, "podMonitor": map[string]any{"enabled": true}}, "choose one"},
 		{map[string]any{"acceptEvents": true, "processTracking": false}, "acceptEvents needs processTracking"},
+		{map[string]any{"kafka": map[string]any{"sasl": map[string]any{"mechanism": "scram-sha-512", "username": "u"}}}, "needs kafka.sasl.username and kafka.sasl.passwordSecretName"},
+		{map[string]any{"kafka": map[string]any{"sasl": map[string]any{"mechanism": "gssapi", "username": "u", "passwordSecretName": "s"}}}, "kafka.sasl.mechanism must be"},
+		{map[string]any{"kafka": map[string]any{"sasl": map[string]any{"username": "u"}}}, "need kafka.sasl.mechanism"},
+		{map[string]any{"kafka": map[string]any{"tls": map[string]any{"enabled": true, "secretName": "s", "certKey": "tls.crt"}}}, "certKey and kafka.tls.keyKey go together"},
+		{map[string]any{"kafka": map[string]any{"tls": map[string]any{"secretName": "s"}}}, "without kafka.tls.enabled"},
+		{map[string]any{"metrics": map[string]any{"webConfig": map[string]any{"enabled": true, "basicAuth": true}}}, "set metrics.webConfig.probeHTTPHeaders"},
 	} {
 		_, err := renderChartErr(t, "pqwatch", "pqwatch", tc.values)
 		if err == nil || !strings.Contains(err.Error(), tc.reason) {

@@ -50,6 +50,33 @@ type relabelConfig struct {
 	Action       string   `json:"action,omitempty"`
 }
 
+// secretKeySelector is the operator's (core v1's) reference to one key of
+// a Secret in the monitor's namespace.
+type secretKeySelector struct {
+	Name     string `json:"name"`
+	Key      string `json:"key"`
+	Optional *bool  `json:"optional,omitempty"`
+}
+
+// secretOrConfigMap is the operator's SecretOrConfigMap.
+type secretOrConfigMap struct {
+	Secret    *secretKeySelector `json:"secret,omitempty"`
+	ConfigMap *secretKeySelector `json:"configMap,omitempty"`
+}
+
+type tlsConfig struct {
+	CA                 *secretOrConfigMap `json:"ca,omitempty"`
+	Cert               *secretOrConfigMap `json:"cert,omitempty"`
+	KeySecret          *secretKeySelector `json:"keySecret,omitempty"`
+	ServerName         string             `json:"serverName,omitempty"`
+	InsecureSkipVerify bool               `json:"insecureSkipVerify,omitempty"`
+}
+
+type basicAuth struct {
+	Username *secretKeySelector `json:"username,omitempty"`
+	Password *secretKeySelector `json:"password,omitempty"`
+}
+
 type scrapeEndpoint struct {
 	Port          string          `json:"port,omitempty"`
 	Path          string          `json:"path,omitempty"`
@@ -57,6 +84,8 @@ type scrapeEndpoint struct {
 	Interval      string          `json:"interval,omitempty"`
 	ScrapeTimeout string          `json:"scrapeTimeout,omitempty"`
 	HonorLabels   bool            `json:"honorLabels,omitempty"`
+	TLSConfig     *tlsConfig      `json:"tlsConfig,omitempty"`
+	BasicAuth     *basicAuth      `json:"basicAuth,omitempty"`
 	Relabelings   []relabelConfig `json:"relabelings,omitempty"`
 }
 
@@ -640,6 +669,7 @@ func checkObjects(t *testing.T, o *objects) {
 	for _, r := range o.rules {
 		checkPrometheusRule(t, r)
 	}
+	checkSecrets(t, o)
 }
 
 func envFromName(c corev1.Container) string {
