@@ -184,10 +184,12 @@ func rawPolicyClient(t *testing.T, addr, sni string, offered, shares []uint16) (
 	return c.LocalAddr().String(), sh.Group.String(), sh.HRR
 }
 
-// TestPolicyCheckLive: three real servers on loopback, each with its
-// declared policy: a correct Go server (go), a real Caddy (caddy), and a
-// Go server declared go whose GetConfigForClient swaps in classical-only
-// CurvePreferences for SNI legacy.test. The same client mix (crypto/tls
+// TestPolicyCheckLive: four real servers on loopback, each with its
+// declared policy: a correct Go server (go), a real Caddy (caddy), Debian's
+// nginx with OpenSSL 3.0 and ssl_ecdh_curve X25519:prime256v1
+// (openssl30=X25519:prime256v1), and a Go server declared go whose
+// GetConfigForClient swaps in classical-only CurvePreferences for SNI
+// legacy.test. The same client mix (crypto/tls
 // clients and shaped ClientHellos: a P-256 share with hybrid listed, an
 // x25519 share with hybrid listed) runs against each, three rounds,
 // captured on lo by tcpdump while `pqwatch run -expect-policy` watches
@@ -195,19 +197,26 @@ func rawPolicyClient(t *testing.T, addr, sni string, offered, shares []uint16) (
 // declared rule when the swapping server answered it otherwise than the
 // correct Go server answered the same client. analyze -expect-policy over
 // the capture must flag exactly those handshakes (by client address), none
-// of the correct Go server and Caddy, check every handshake, and run's
-// metric and summary must say the same.
+// of the correct Go server, Caddy and nginx, check every handshake, and
+// run's metric and summary must say the same.
 func TestPolicyCheckLive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live capture test; skipped with -short")
 	}
 	testenv.NeedRoot(t)
-	testenv.NeedBin(t, "tcpdump", "caddy")
+	testenv.NeedBin(t, "tcpdump", "caddy", "nginx")
 	good, goodPort := policyServer(t, "")
 	bad, badPort := policyServer(t, "legacy.test")
 	caddy, caddyPort := policyCaddy(t)
-	ports := fmt.Sprintf("%d,%d,%d", goodPort, badPort, caddyPort)
-	expect := []string{"-expect-policy", good + "=go", "-expect-policy", bad + "=go", "-expect-policy", fmt.Sprintf(":%d=caddy", caddyPort)}
+	nginxPort, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nginx := fmt.Sprintf("127.0.0.1:%d", nginxPort)
+	testenv.StartNginx(t, testenv.NginxOptions{Listen: nginx, ECDHCurve: "X25519:prime256v1"})
+	ports := fmt.Sprintf("%d,%d,%d,%d", goodPort, badPort, caddyPort, nginxPort)
+	expect := []string{"-expect-policy", good + "=go", "-expect-policy", bad + "=go", "-expect-policy", fmt.Sprintf(":%d=caddy", caddyPort),
+		"-expect-policy", nginx + "=openssl30=X25519:prime256v1"}
 
 	metricsPort, err := testenv.FreePort()
 	if err != nil {
@@ -222,7 +231,7 @@ func TestPolicyCheckLive(t *testing.T) {
 		done <- runMain(ctx, append([]string{"run", "-iface", "lo", "-ports", ports, "-metrics-addr", fmt.Sprintf("127.0.0.1:%d", metricsPort),
 			"-format", "json", "-o", runOut, "-no-process-tracking", "-log-level", "warn"}, expect...), io.Discard, &runErr)
 	}()
-	capt := testenv.StartCapture(t, "", "lo", fmt.Sprintf("tcp port %d or tcp port %d or tcp port %d", goodPort, badPort, caddyPort))
+	capt := testenv.StartCapture(t, "", "lo", fmt.Sprintf("tcp port %d or tcp port %d or tcp port %d or tcp port %d", goodPort, badPort, caddyPort, nginxPort))
 	time.Sleep(300 * time.Millisecond) // run's rings up, as tcpdump's
 
 	const (
@@ -248,7 +257,7 @@ func TestPolicyCheckLive(t *testing.T) {
 		rawKind("p256-share-hybrid-listed", []uint16{mlkem, p256}, []uint16{p256}),
 		rawKind("x25519-share-hybrid-listed", []uint16{x25519, mlkem}, []uint16{x25519}),
 	}
-	targets := []struct{ addr, sni string }{{good, "pqwatch.test"}, {bad, "pqwatch.test"}, {bad, "legacy.test"}, {caddy, "localhost"}}
+	targets := []struct{ addr, sni string }{{good, "pqwatch.test"}, {bad, "pqwatch.test"}, {bad, "legacy.test"}, {caddy, "localhost"}, {nginx, "pqwatch.test"}}
 	var seen []policyOutcome
 	const rounds = 3
 	for range rounds {
@@ -328,7 +337,7 @@ func TestPolicyCheckLive(t *testing.T) {
 	if pc.Violations != len(truth) || pc.Matched != n-len(truth) || pc.ByKind[report.ViolationClassical] != len(truth) {
 		t.Errorf("violations %d (%v), matched %d; truth: %d of %d", pc.Violations, pc.ByKind, pc.Matched, len(truth), n)
 	}
-	for srv, want := range map[string]int{good: 0, bad: len(truth), caddy: 0} {
+	for srv, want := range map[string]int{good: 0, bad: len(truth), caddy: 0, nginx: 0} {
 		row := pc.ByServer[srv]
 		if row == nil || row.Violations != want || row.Checked != n/len(targets)*map[bool]int{true: 2, false: 1}[srv == bad] {
 			t.Errorf("server %s: %+v, want %d violations", srv, row, want)
@@ -360,8 +369,8 @@ func TestPolicyCheckLive(t *testing.T) {
 		v, _ := strconv.ParseFloat(m[2], 64)
 		metric[m[1]] = v
 	}
-	if len(metric) != 4*len(report.ViolationKinds) {
-		t.Errorf("%d series of pqwatch_policy_violations_total, want %d (3 ports and other)", len(metric), 4*len(report.ViolationKinds))
+	if len(metric) != 5*len(report.ViolationKinds) {
+		t.Errorf("%d series of pqwatch_policy_violations_total, want %d (4 ports and other)", len(metric), 5*len(report.ViolationKinds))
 	}
 	for labels, v := range metric {
 		want := 0.0
