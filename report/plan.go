@@ -573,7 +573,9 @@ func (f *PlanFigures) csv(scope, name string) []string {
 func (pl *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "capacity plan (policy %s)\n", pl.Policy)
-	fmt.Fprintf(&b, "records %d read, %d duplicates dropped (by id), %d without a node (as %q)\n", pl.Read, pl.Duplicates, pl.NoNode, PlanNoNode)
+	if pl.Read > 0 || pl.Rollups == nil {
+		fmt.Fprintf(&b, "records %d read, %d duplicates dropped (by id), %d without a node (as %q)\n", pl.Read, pl.Duplicates, pl.NoNode, PlanNoNode)
+	}
 	if pl.Malformed > 0 {
 		fmt.Fprintf(&b, "  %d input lines were not a record (skipped)\n", pl.Malformed)
 	}
@@ -581,7 +583,7 @@ func (pl *Plan) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  %d records past the id cap were not checked for duplicates\n", pl.IDsUnchecked)
 	}
 	if st := pl.Rollups; st != nil {
-		fmt.Fprintf(&b, "rollup rows %d read, %d duplicates dropped (by node, server and window); %d handshakes with a folded offer (forecast unknown)", st.Rows, st.Duplicates, st.OtherOffer)
+		fmt.Fprintf(&b, "rollup rows %d read, %d duplicates dropped (by node, server and window), %d handshakes without a node (as %q); %d handshakes with a folded offer (forecast unknown)", st.Rows, st.Duplicates, pl.NoNode, PlanNoNode, st.OtherOffer)
 		if st.Unplanned > 0 {
 			fmt.Fprintf(&b, "; %d handshakes not planned (%d rows without offer classes)", st.Unplanned, st.WithoutClasses)
 		}
