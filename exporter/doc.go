@@ -1,7 +1,9 @@
 // Package exporter holds pqwatch's sinks for handshake records
 // (record.Sink): Prometheus metrics (Metrics, NewCaptureCollector, Handler),
 // a JSON Lines writer (JSONL) and a Kafka producer (Kafka) with a bounded
-// memory queue, an optional disk spool and optional per-minute rollups.
+// memory queue, an optional disk spool and optional per-minute rollups; and
+// the feed's reader for pqwatch plan (ReadFeed: a topic from a time to its
+// end offsets, by partition, without a consumer group).
 //
 // Every sink is safe for concurrent use. Nothing here uses the global
 // Prometheus registry: callers build one with prometheus.NewRegistry and pass
