@@ -532,7 +532,7 @@ func TestPlanRollupsEqualRecords(t *testing.T) {
 			t.Errorf("%s: rollup stats %v", policy, st)
 		}
 		f := roll["forecast"].(map[string]any)
-		t.Logf("policy %q: %d figures equal over %d records in %d+%d rollup rows; forecast pq %v hrr %v classical %v loses_pq %v, growth %v bytes, new HRR bytes %v",
+		t.Logf("policy %q: %d figures equal over %d records in %d+%d rollup rows; forecast pq %v hrr %v classical %v loses_pq %v, ServerHello growth %v bytes, extra bytes %v",
 			policy, n, len(lines), len(ra), len(rb)-1, f["pq"], f["hrr"], f["classical"], f["loses_pq"], f["total_server_hello_growth_bytes"], roll["extra_handshake_bytes"])
 	}
 	// Records and rollups in one plan would count the same handshakes twice.
