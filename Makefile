@@ -35,8 +35,14 @@ soak:
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 30m -run 'Flood' -v ./e2e ./sniffer/...
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'Soak|Ladder|IdleSessions|MaxRateSearch' -v ./loadgen
 
+# Go benchmarks; the packets per handshake that reach pqwatch under the
+# classic and the eBPF kernel filter (exact: generated captures and real
+# handshakes on lo; root); offline throughput; the live CPU figures
+# (internal/benchlive: nginx at 600/s and at the highest rate this machine
+# sustains, pqwatch's threads plus its BPF run time, whole-host CPU).
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 $(PKGS)
+	$(GO) test -count=1 -run 'PacketsPerHandshake' -v ./capture
 	$(GO) run ./internal/benchcmp -pqwatch ./$(BIN)
 	$(GO) run ./internal/benchlive -pqwatch ./$(BIN)
 
