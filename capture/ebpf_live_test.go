@@ -23,6 +23,14 @@ import (
 // both filters, and with the eBPF filter a TLS 1.3 handshake delivers its
 // SYN, SYN-ACK, ClientHello and ServerHello and nothing more.
 func TestLivePacketsPerHandshake(t *testing.T) {
+	for _, iface := range []string{"lo", Any} {
+		t.Run(iface, func(t *testing.T) { livePacketsPerHandshake(t, iface) })
+	}
+}
+
+// livePacketsPerHandshake captures iface: lo (SOCK_RAW, Ethernet frames)
+// or any (SOCK_DGRAM, the outgoing copy on lo dropped by device).
+func livePacketsPerHandshake(t *testing.T, iface string) {
 	testenv.NeedRoot(t)
 	testEBPF(t, nil)
 	cert, err := pcapgen.SelfSigned("pqwatch.test")
@@ -69,7 +77,7 @@ func TestLivePacketsPerHandshake(t *testing.T) {
 			var mu sync.Mutex
 			var recs []*record.Handshake
 			sn := sniffer.New(sniffer.Config{OnRecord: func(r *record.Handshake) { recs = append(recs, r) }})
-			c, stop := startCapture(t, "", Config{Ifaces: []string{"lo"}, Ports: []uint16{port(ln.Addr())}, Workers: 1, SkipNoise: true, Filter: filter, BlockTimeout: 10 * time.Millisecond},
+			c, stop := startCapture(t, "", Config{Ifaces: []string{iface}, Ports: []uint16{port(ln.Addr())}, Workers: 1, SkipNoise: true, Filter: filter, BlockTimeout: 10 * time.Millisecond},
 				func(_ int, ts time.Time, link int, data []byte) {
 					mu.Lock()
 					sn.Packet(ts, link, data)
@@ -111,7 +119,7 @@ func TestLivePacketsPerHandshake(t *testing.T) {
 			per[i] = float64(pkts) / n
 		}
 		ln.Close()
-		t.Logf("%-34s packets per handshake reaching user space on lo: classic filter %.1f, eBPF filter %.1f", k.name, per[0], per[1])
+		t.Logf("%-34s packets per handshake reaching user space on %s: classic filter %.1f, eBPF filter %.1f", k.name, iface, per[0], per[1])
 		if k.eBPF > 0 && per[1] != float64(k.eBPF) {
 			t.Errorf("%s: %.1f packets per handshake with the eBPF filter, want %d", k.name, per[1], k.eBPF)
 		}

@@ -542,12 +542,21 @@ func testLoopback(t *testing.T, filter string) {
 // TestAny captures "any" inside the test's own namespace (its lo and its
 // veth, nothing else): packets arrive without link headers as LinkRaw.
 func TestAny(t *testing.T) {
+	for _, filter := range []string{FilterClassic, FilterEBPF} {
+		t.Run(filter, func(t *testing.T) { testAny(t, filter) })
+	}
+}
+
+func testAny(t *testing.T, filter string) {
 	p := testenv.NewPair(t, 1500)
 	uc := udpListen(t, p.S, p.SAddr+":0")
 	lc := udpListen(t, p.S, "127.0.0.1:0")
 	up, lp := port(uc.LocalAddr()), port(lc.LocalAddr())
 	col := newCollector(2)
-	c, stop := startCapture(t, p.S, Config{Ifaces: []string{Any}, Ports: []uint16{up, lp}, Workers: 2}, col.handle)
+	c, stop := startCapture(t, p.S, Config{Ifaces: []string{Any}, Ports: []uint16{up, lp}, Workers: 2, SkipNoise: true, Filter: filter}, col.handle)
+	if c.Filter() != filter {
+		t.Fatalf("filter %s, want %s (%s)", c.Filter(), filter, c.WhyClassic())
+	}
 	if got := c.Interfaces(); !reflect.DeepEqual(got, []string{Any}) {
 		t.Fatalf("Interfaces = %v", got)
 	}
