@@ -223,6 +223,28 @@ int capture_filter(struct __sk_buff *skb)
 		return SNAP_ALL; /* the classic filter reads no further either */
 	__u8 flags = th[13];
 
+	/* Noise, as the classic filter: pure ACKs, application data. */
+	__u32 doff = (th[12] >> 4) * 4;
+	__u32 len = plen - doff; /* TCP payload length; wraps with TSO */
+	int noise = 0;
+	if (!(flags & 0x07) && plen >= doff) { /* SYN, FIN and RST are kept */
+		if (len == 0) {
+			noise = 1;
+		} else if (len >= 3 && len < 0x10000) {
+			__u8 b[9];
+			if (load(skb, l4off + doff, b, 3) == 0) {
+				if (b[0] == 0x17 && b[1] == 3 && b[2] == 3)
+					noise = 1;
+				else if (b[0] == 0x14 && len >= 9 && load(skb, l4off + doff, b, 9) == 0 &&
+					 b[1] == 3 && b[2] == 3 && b[3] == 0 && b[4] == 1 && b[5] == 1 &&
+					 b[6] == 0x17 && b[7] == 3 && b[8] == 3)
+					noise = 1;
+			}
+		}
+	}
+	if (noise)
+		return 0; /* dropped whatever the flow's state: no key, no lookup */
+
 	/* Canonical endpoints: lo is the smaller (address, port). */
 	int src_lo = 1;
 	int alen = v6 ? 16 : 4;
@@ -254,32 +276,11 @@ int capture_filter(struct __sk_buff *skb)
 		return SNAP_ALL;
 	}
 
-	/* Noise, as the classic filter: pure ACKs, application data. */
-	__u32 doff = (th[12] >> 4) * 4;
-	__u32 len = plen - doff; /* TCP payload length; wraps with TSO */
-	int noise = 0;
-	if (!(flags & 0x05) && plen >= doff) {
-		if (len == 0) {
-			noise = 1;
-		} else if (len >= 3 && len < 0x10000) {
-			__u8 b[9];
-			if (load(skb, l4off + doff, b, 3) == 0) {
-				if (b[0] == 0x17 && b[1] == 3 && b[2] == 3)
-					noise = 1;
-				else if (b[0] == 0x14 && len >= 9 && load(skb, l4off + doff, b, 9) == 0 &&
-					 b[1] == 3 && b[2] == 3 && b[3] == 0 && b[4] == 1 && b[5] == 1 &&
-					 b[6] == 0x17 && b[7] == 3 && b[8] == 3)
-					noise = 1;
-			}
-		}
-	}
 	struct flow_val *fv = bpf_map_lookup_elem(&flows, &k);
 	if (fv && fv->state == ST_DECIDED) {
 		count(C_DROPPED);
 		return 0;
 	}
-	if (noise)
-		return 0;
 	if (plen < doff || len < 6 || len >= 0x10000)
 		return SNAP_ALL;
 
