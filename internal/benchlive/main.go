@@ -3,13 +3,14 @@
 //  1. pqwatch's CPU per handshake while real handshakes run against nginx
 //     from Debian on a loopback port, next to nginx's (schedstat run time of
 //     every thread of both, over the same window), at 600/s and at the
-//     highest rate nginx sustains on this machine (loadgen's search, no
-//     agent running). pqwatch's cost counts its threads and the run time of
+//     highest rate nginx completes on this machine (loadgen asking for far
+//     more, no agent running). pqwatch's cost counts its threads and the run time of
 //     its BPF programs (the capture's socket filter and the accept
 //     tracepoints run in other processes' contexts), from
 //     kernel.bpf_stats_enabled, which benchlive turns on for the run. Arms
-//     (-arms): the defaults, the classic capture filter, no process tracking
-//     (so no accept program), and no agent at all: the whole host's busy CPU
+//     (-arms): the defaults (eBPF filter, process tracking with the eBPF
+//     accept attribution), no process tracking (so no accept program), the
+//     same with the classic capture filter, and no agent at all: the whole host's busy CPU
 //     per request (/proc/stat) beside each arm's is the cross-check. Each
 //     arm runs three times, interleaved; the median is shown with the range,
 //     then what remains per handshake: packets read, wakeups, the rest.
@@ -86,7 +87,7 @@ func main() {
 	flag.IntVar(&o.loop, "loop", 1, "replay the capture this many times per step (the same connections again: pqwatch should count each time)")
 	flag.BoolVar(&o.verbose, "v", false, "show the subprocesses' output")
 	flag.IntVar(&o.trials, "trials", 3, "runs of each CPU arm, interleaved; the median is shown")
-	flag.StringVar(&o.arms, "arms", "|PQWATCH_CAPTURE_FILTER=classic|-no-process-tracking|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1); none: no pqwatch (the whole-host reference)")
+	flag.StringVar(&o.arms, "arms", "|-no-process-tracking|-no-process-tracking PQWATCH_CAPTURE_FILTER=classic|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1); none: no pqwatch (the whole-host reference)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		if r = strings.TrimSpace(r); r == "max" {
@@ -222,7 +223,7 @@ func run(o options) int {
 					status = 1
 					continue
 				}
-				fmt.Printf("\nbenchlive: highest rate nginx sustains here (loadgen -max-rate-search, no agent): %.0f/s (above it: %s)\n", mr, why)
+				fmt.Printf("\nbenchlive: highest rate nginx completes here (loadgen at %s, no agent): %.0f/s\n", why, mr)
 				ro.rate = mr
 			} else {
 				ro.rate, _ = strconv.ParseFloat(rate, 64)
