@@ -13,25 +13,21 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
-const bpfStatsSysctl = "/proc/sys/kernel/bpf_stats_enabled"
-
 // enableBPFStats turns on the kernel's BPF run-time accounting for the run
-// (it costs every BPF program on the host two clock reads per run) and
-// restores the old setting at exit. It reports whether it is on.
+// (it costs every BPF program on the host two clock reads per run) through
+// BPF_ENABLE_STATS: the kernel keeps it on while the returned descriptor is
+// open, whatever others write to kernel.bpf_stats_enabled meanwhile (the
+// sysctl and the descriptors are counted together), and it goes off again
+// at exit. It reports whether it is on.
 func enableBPFStats() bool {
-	old, err := os.ReadFile(bpfStatsSysctl)
+	fd, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
 	if err != nil {
 		return false
 	}
-	if strings.TrimSpace(string(old)) == "1" {
-		return true
-	}
-	if err := os.WriteFile(bpfStatsSysctl, []byte("1"), 0o644); err != nil {
-		return false
-	}
-	atExit(func() { os.WriteFile(bpfStatsSysctl, old, 0o644) })
+	atExit(func() { fd.Close() })
 	return true
 }
 

@@ -206,9 +206,9 @@ func run(o options) int {
 	status := 0
 	if doCPU {
 		if enableBPFStats() {
-			fmt.Println("benchlive: kernel.bpf_stats_enabled on for the run (restored at exit): BPF run time counted")
+			fmt.Println("benchlive: BPF run-time statistics on for the run (BPF_ENABLE_STATS): BPF run time counted")
 		} else {
-			fmt.Println("benchlive: kernel.bpf_stats_enabled could not be set: BPF run time not counted")
+			fmt.Println("benchlive: BPF run-time statistics could not be turned on: BPF run time not counted")
 		}
 		fmt.Printf("benchlive: %d CPUs, load average %s at the start\n", runtime.NumCPU(), loadAvg())
 		for ri, rate := range o.rates {
