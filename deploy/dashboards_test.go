@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -397,5 +398,38 @@ func strictFile(t *testing.T, path string, v any) {
 	}
 	if err := yaml.UnmarshalStrict(data, v); err != nil {
 		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestUnitProblems: the check the live test runs on every panel a real
+// Prometheus evaluated, on cases it must catch and pass.
+func TestUnitProblems(t *testing.T) {
+	types := map[string]string{
+		"pqwatch_handshakes_total": "counter", "pqwatch_port_handshakes": "counter", "pqwatch_flows_active": "gauge",
+		"pqwatch_server_hello_bytes": "histogram", "pqwatch_generation_resident_bytes": "gauge",
+		"pqwatch_generation_workers": "gauge", "pqwatch_handshake_rtt_seconds": "histogram",
+	}
+	for _, tc := range []struct {
+		e      Expr
+		values []float64
+		bad    bool
+	}{
+		{Expr{Query: `sum(rate(pqwatch_handshakes_total[5m]))`, Unit: "cps"}, []float64{3}, false},
+		{Expr{Query: `sum(pqwatch_port_handshakes_total)`, Unit: "none"}, []float64{3}, true},    // OpenMetrics family pqwatch_port_handshakes
+		{Expr{Query: `sum(pqwatch_handshakes_total)`, Unit: "none"}, []float64{3}, true},         // a raw counter
+		{Expr{Query: `rate(pqwatch_flows_active[5m])`, Unit: "cps"}, []float64{1}, true},         // a gauge under rate
+		{Expr{Query: `sum(pqwatch_flows_active)`, Unit: "cps"}, []float64{1}, true},              // per second without a rate
+		{Expr{Query: `pqwatch_generation_workers`, Unit: "bytes"}, []float64{4}, true},           // workers in bytes
+		{Expr{Query: `pqwatch_generation_resident_bytes`, Unit: "bytes"}, []float64{4e6}, false}, // resident memory
+		{Expr{Query: `rate(pqwatch_server_hello_bytes_sum[5m]) / rate(pqwatch_server_hello_bytes_count[5m])`, Unit: "bytes"}, []float64{1210}, false},
+		{Expr{Query: `histogram_quantile(0.95, sum by (le) (rate(pqwatch_handshake_rtt_seconds_bucket[5m])))`, Unit: "s"}, []float64{0.001}, false},
+		{Expr{Query: `sum(rate(pqwatch_handshakes_total{pq="true"}[5m])) / sum(rate(pqwatch_handshakes_total[5m]))`, Unit: "percentunit"}, []float64{0.5, math.NaN()}, false},
+		{Expr{Query: `sum(rate(pqwatch_handshakes_total[5m]))`, Unit: "percentunit"}, []float64{12}, true}, // a rate as a share
+		{Expr{Query: `instance:pqwatch_pq_forecast_gap:ratio_rate5m`, Unit: "percentunit"}, []float64{-0.03}, false},
+		{Expr{Query: `instance:pqwatch_pq_share:ratio_rate5m`, Unit: "percentunit"}, []float64{-0.03}, true},
+	} {
+		if got := UnitProblems(tc.e, tc.values, types); (len(got) > 0) != tc.bad {
+			t.Errorf("%s (unit %s, values %v): problems %q, want bad=%v", tc.e.Query, tc.e.Unit, tc.values, got, tc.bad)
+		}
 	}
 }
