@@ -9,6 +9,12 @@ package deploy
 // parses the rendered arguments).
 
 import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -18,8 +24,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/internal/testenv"
 )
 
 // fileFlags are the flags of `pqwatch run` that name a file holding a
@@ -385,5 +397,92 @@ func TestKustomizeKafkaAndWebConfig(t *testing.T) {
 	}
 	if ep := o.podMonitors[0].Spec.PodMetricsEndpoints[0]; ep.Scheme != "https" || ep.TLSConfig == nil {
 		t.Errorf("PodMonitor endpoint %+v: web-config after podmonitor makes it https", ep)
+	}
+}
+
+// TestWebConfigProbesAnswer: the chart's probes and ServiceMonitor, as
+// rendered with TLS and basic auth, sent to pqwatch's real metrics endpoint
+// (exporter.StartServer) with such a web config: the probes get 200 on
+// /healthz with their header, the monitor's credentials 200 on /metrics, and
+// a probe without the header 401 (why the chart requires it).
+func TestWebConfigProbesAnswer(t *testing.T) {
+	const probeHeader = "Basic cHJvYmU6cHJvYmUtcGFzcw==" // probe:probe-pass
+	values := map[string]any{
+		"metrics": map[string]any{"webConfig": map[string]any{
+			"enabled": true, "basicAuth": true,
+			"probeHTTPHeaders": []any{map[string]any{"name": "Authorization", "value": probeHeader}},
+		}},
+		"serviceMonitor": map[string]any{"enabled": true},
+	}
+	o := decodeAll(t, renderChart(t, "pqwatch", "pqwatch", values))
+	checkObjects(t, o)
+	c := o.daemonSets[0].Spec.Template.Spec.Containers[0]
+	ep := o.serviceMonitors[0].Spec.Endpoints[0]
+
+	dir := t.TempDir()
+	certFile, keyFile, _, err := testenv.CertE(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := ""
+	for user, pass := range map[string]string{"prometheus": "scrape-pass", "probe": "probe-pass"} {
+		h, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users += "  " + user + ": " + string(h) + "\n"
+	}
+	webCfg := filepath.Join(dir, "web-config.yml")
+	if err := os.WriteFile(webCfg, []byte("tls_server_config:\n  cert_file: "+certFile+"\n  key_file: "+keyFile+"\nbasic_auth_users:\n"+users), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	exporter.NewMetrics(reg)
+	srv, err := exporter.StartServer(exporter.ServerConfig{Listener: ln, Handler: exporter.Handler(reg), WebConfigFile: webCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+
+	// The kubelet does not verify a probe's certificate.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	get := func(scheme, path string, hdr http.Header) int {
+		req, _ := http.NewRequest("GET", strings.ToLower(scheme)+"://"+ln.Addr().String()+path, nil)
+		req.Header = hdr
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", scheme, path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for name, p := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		hdr := http.Header{}
+		for _, h := range p.HTTPGet.HTTPHeaders {
+			hdr.Set(h.Name, h.Value)
+		}
+		if code := get(string(p.HTTPGet.Scheme), p.HTTPGet.Path, hdr); code != 200 {
+			t.Errorf("%s probe %s %s with its header: %d, want 200", name, p.HTTPGet.Scheme, p.HTTPGet.Path, code)
+		}
+		if code := get(string(p.HTTPGet.Scheme), p.HTTPGet.Path, http.Header{}); code != http.StatusUnauthorized {
+			t.Errorf("%s probe without its header: %d, want 401", name, code)
+		}
+	}
+	// The monitor: its scheme and path, the username and password of the
+	// scrape Secret (here, as Prometheus would read them).
+	if ep.BasicAuth == nil || ep.BasicAuth.Username.Key != "username" || ep.BasicAuth.Password.Key != "password" {
+		t.Fatalf("ServiceMonitor basicAuth %+v", ep.BasicAuth)
+	}
+	hdr := http.Header{}
+	req, _ := http.NewRequest("GET", "/", nil)
+	req.SetBasicAuth("prometheus", "scrape-pass")
+	hdr.Set("Authorization", req.Header.Get("Authorization"))
+	if code := get(ep.Scheme, ep.Path, hdr); code != 200 {
+		t.Errorf("ServiceMonitor scrape %s %s: %d, want 200", ep.Scheme, ep.Path, code)
 	}
 }
