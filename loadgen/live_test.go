@@ -884,6 +884,10 @@ func TestIdleSessions(t *testing.T) {
 				with := cpu.rssAt(tr.Start)
 				own := (with - float64(baseline)) / float64(n)
 				got := *tr.ServerRSSPerIdleSessionBytes
+				if d := math.Abs(float64(tr.ServerRSSWithIdleBytes) - with); d > 0.05*with {
+					t.Errorf("trial %d %s: server RSS with the sessions %d bytes, the test's VmRSS reading %.0f", tr.ID, tr.Arm,
+						tr.ServerRSSWithIdleBytes, with)
+				}
 				if math.Abs(got-own) > 0.10*math.Abs(own)+512 {
 					t.Errorf("trial %d %s: %.0f bytes per idle session, the test's VmRSS reading %.0f (%d -> %.0f bytes)", tr.ID, tr.Arm,
 						got, own, baseline, with)
@@ -893,7 +897,7 @@ func TestIdleSessions(t *testing.T) {
 					baseline, with, own, tr.RateCompleted, tr.LatencyMS.P99)
 			}
 			for _, s := range res.Summary {
-				if s.ServerRSSPerIdleSessionBytes == nil || s.IdleSessions != n {
+				if s.ServerRSSPerIdleSessionBytes == nil || s.ServerRSSWithIdleBytes == nil || s.IdleSessions != n {
 					t.Errorf("summary %s: %+v", s.Arm, s)
 				}
 			}

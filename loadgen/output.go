@@ -183,11 +183,12 @@ func idleMarkdown(res *Results) string {
 			continue
 		}
 		if b.Len() == 0 {
-			b.WriteString("\n**Idle sessions** (held open, handshake done and no request, while the load ran; valid trials only):\n\n" +
-				"| arm | rate/s | idle sessions held | server RSS per idle session, bytes (± sd) |\n|---|--:|--:|--:|\n")
+			b.WriteString("\n**Idle sessions** (held open, handshake done and no request, while the load ran; valid trials only). " +
+				"Each is a live TLS connection on the server: its memory is the memory per SSL context:\n\n" +
+				"| arm | rate/s | idle sessions held | server RSS with them, bytes (± sd) | server RSS per idle session, bytes (± sd) |\n|---|--:|--:|--:|--:|\n")
 		}
-		sp := s.ServerRSSPerIdleSessionBytes
-		fmt.Fprintf(&b, "| %s | %g | %d | %.0f ± %.0f |\n", s.Arm, s.Rate, s.IdleSessions, sp.Mean, sp.StdDev)
+		sp, with := s.ServerRSSPerIdleSessionBytes, s.ServerRSSWithIdleBytes
+		fmt.Fprintf(&b, "| %s | %g | %d | %.0f ± %.0f | %.0f ± %.0f |\n", s.Arm, s.Rate, s.IdleSessions, with.Mean, with.StdDev, sp.Mean, sp.StdDev)
 	}
 	return b.String()
 }

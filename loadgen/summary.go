@@ -75,9 +75,12 @@ type ArmSummary struct {
 	// Note says why a figure is missing.
 	Note string `json:"note,omitempty"`
 	// IdleSessions is the fewest idle sessions a valid trial held open;
-	// ServerRSSPerIdleSessionBytes the server's memory growth per idle
-	// session over the valid trials.
+	// ServerRSSWithIdleBytes the server's resident memory with them open
+	// (before the trial's load), ServerRSSPerIdleSessionBytes its growth
+	// per idle session, over the valid trials: the edge-gateway study's
+	// "RSS with N idle sessions" and "memory per SSL context" rows.
 	IdleSessions                 int     `json:"idle_sessions,omitempty"`
+	ServerRSSWithIdleBytes       *Spread `json:"server_rss_with_idle_bytes,omitempty"`
 	ServerRSSPerIdleSessionBytes *Spread `json:"server_rss_per_idle_session_bytes,omitempty"`
 }
 
@@ -91,7 +94,7 @@ func summarize(res *Results, c *Config) []ArmSummary {
 	for _, rate := range c.Rates {
 		for _, a := range c.Arms {
 			s := ArmSummary{Arm: a.Name, Rate: rate, Groups: map[string]int{}, Measures: GroupName(a.Measures())}
-			var srv, cli, ach, done, p50, p95, idle []float64
+			var srv, cli, ach, done, p50, p95, idle, idleRSS []float64
 			for _, t := range res.Trials {
 				if t.Arm != a.Name || t.Rate != rate {
 					continue
@@ -124,6 +127,7 @@ func summarize(res *Results, c *Config) []ArmSummary {
 					}
 					if t.ServerRSSPerIdleSessionBytes != nil {
 						idle = append(idle, *t.ServerRSSPerIdleSessionBytes)
+						idleRSS = append(idleRSS, float64(t.ServerRSSWithIdleBytes))
 					}
 				}
 			}
@@ -142,8 +146,8 @@ func summarize(res *Results, c *Config) []ArmSummary {
 			s.P50MS = spreadOf(p50).Mean
 			s.P95MS = spreadOf(p95).Mean
 			if len(idle) > 0 {
-				sp := spreadOf(idle)
-				s.ServerRSSPerIdleSessionBytes = &sp
+				sp, with := spreadOf(idle), spreadOf(idleRSS)
+				s.ServerRSSPerIdleSessionBytes, s.ServerRSSWithIdleBytes = &sp, &with
 			}
 			k := key{rate, a.Name}
 			cost[k] = s.ClientCPUUsPerHandshake.Mean
