@@ -694,8 +694,9 @@ func socketFDs(pids []int) int {
 }
 
 // hostStarved reports whether tr is invalid only because this shared
-// machine starved loadgen of CPU: it lagged its schedule, or read the last
-// responses of the window late, while its threads waited for a CPU for
+// machine starved loadgen of CPU: it lagged its schedule, read the last
+// responses of the window late, or took its CPU readings at the window's
+// edges late, while its threads waited for a CPU for
 // more than a fifth of the window. The trial is rightly invalid (the load
 // was not what was asked), and that says nothing of the code under test;
 // failed requests are never excused.
@@ -704,7 +705,7 @@ func hostStarved(tr *TrialResult) bool {
 		return false
 	}
 	for _, r := range tr.InvalidReasons {
-		if !strings.HasPrefix(r, InvalidSendLag+":") && !strings.HasPrefix(r, InvalidShort+":") {
+		if !strings.HasPrefix(r, InvalidSendLag+":") && !strings.HasPrefix(r, InvalidShort+":") && !strings.HasPrefix(r, InvalidSampleLate+":") {
 			return false
 		}
 	}

@@ -117,7 +117,13 @@ type TrialResult struct {
 	// ready to run but waited for a CPU in the window (schedstat): much of
 	// it means other processes held the machine's cores.
 	ClientRunqueueWaitMS float64    `json:"client_runqueue_wait_ms"`
-	ServerPIDs           []int      `json:"server_pids,omitempty"` // distinct X-Pid values seen
+	// CPUSampledFrom and CPUSampledTo are when the CPU readings at the
+	// window's edges were actually taken: late when the machine starved
+	// loadgen's sampler, and then the CPU figures cover that span, not the
+	// window (the trial is invalid: sample_late).
+	CPUSampledFrom time.Time `json:"cpu_sampled_from,omitzero"`
+	CPUSampledTo   time.Time `json:"cpu_sampled_to,omitzero"`
+	ServerPIDs     []int     `json:"server_pids,omitempty"` // distinct X-Pid values seen
 	Completed            int        `json:"completed"`             // OK responses that ended inside the window
 	Start                time.Time  `json:"start"`                 // trial start (warm-up begins)
 	WindowStart          time.Time  `json:"window_start"`
@@ -410,6 +416,10 @@ func warnings(res *Results) []string {
 		if s.ValidTrials == 0 {
 			w = append(w, fmt.Sprintf("arm %s at %g/s: no valid trial of %d: no CPU figure, ceiling or ratio", s.Arm, s.Rate, s.Trials))
 		}
+		if sp := s.ServerRSSPerIdleSessionBytes; sp != nil && sp.Min <= 0 {
+			w = append(w, fmt.Sprintf("arm %s at %g/s: the server's resident memory did not grow with its idle sessions (%.0f bytes per session at least): it reused memory it held before the run; restart the server before measuring memory per session",
+				s.Arm, s.Rate, sp.Min))
+		}
 	}
 	for _, t := range res.Trials {
 		for _, r := range t.InvalidReasons {
@@ -446,7 +456,8 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 	// Sampler: server CPU and RSS, client CPU, exactly at the window edges
 	// and every SampleInterval in between.
 	type mark struct {
-		server      int64 // ns
+		at          time.Time // when the reading began
+		server      int64     // ns
 		serverValid bool
 		client      time.Duration
 		clientWait  time.Duration
@@ -458,7 +469,7 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 	go func() {
 		defer close(samplerDone)
 		take := func() mark {
-			m := mark{client: selfCPU(), clientWait: selfRunqueueWait()}
+			m := mark{at: time.Now(), client: selfCPU(), clientWait: selfRunqueueWait()}
 			if serverCPU != nil {
 				if s, err := serverCPU.Sample(); err == nil {
 					m.server, m.serverValid = s.CPUNs, true
@@ -667,6 +678,7 @@ func (c *Config) runTrial(ctx context.Context, id int, j job, runStart time.Time
 		tr.ClientRunqueueWaitMS = float64(atEnd.clientWait-atStart.clientWait) / 1e6
 	}
 	tr.ServerCPUPIDs = sortedKeys(serverPIDs)
+	tr.CPUSampledFrom, tr.CPUSampledTo = atStart.at, atEnd.at
 	tr.InvalidReasons = judge(tr, c)
 	tr.Valid = len(tr.InvalidReasons) == 0
 	tr.GroupMismatch = groupMismatch(tr, GroupName(j.arm.Measures()))

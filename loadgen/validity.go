@@ -31,7 +31,15 @@ const (
 	InvalidErrors  = "errors"   // too many requests failed
 	InvalidEmpty   = "empty"    // nothing was scheduled in the window
 	InvalidIdle    = "idle"     // the idle sessions asked for were not all held
+	// InvalidSampleLate: the CPU readings at the window's edges were late.
+	InvalidSampleLate = "sample_late"
 )
+
+// sampleLateLimit is how late a CPU reading at a window's edge may be:
+// 1% of the window, and at least 5 ms.
+func sampleLateLimit(window time.Duration) time.Duration {
+	return max(5*time.Millisecond, window/100)
+}
 
 // judge returns why a trial is invalid (each reason opens with one of the
 // Invalid codes), or nil when it is valid.
@@ -66,6 +74,14 @@ func judge(tr *TrialResult, c *Config) []string {
 	}
 	if r := idleInvalid(tr); r != "" {
 		why = append(why, r)
+	}
+	if !tr.CPUSampledFrom.IsZero() && !tr.CPUSampledTo.IsZero() {
+		late := max(tr.CPUSampledFrom.Sub(tr.WindowStart), tr.CPUSampledTo.Sub(tr.WindowEnd))
+		if lim := sampleLateLimit(tr.WindowEnd.Sub(tr.WindowStart)); late > lim {
+			why = append(why, fmt.Sprintf("%s: a CPU reading at the window's edge was taken %.1f ms late (limit %.4g ms): the CPU figures cover %.4g s from %.1f ms after the window's start, not the window",
+				InvalidSampleLate, float64(late)/1e6, float64(lim)/1e6, tr.CPUSampledTo.Sub(tr.CPUSampledFrom).Seconds(),
+				float64(tr.CPUSampledFrom.Sub(tr.WindowStart))/1e6))
+		}
 	}
 	return why
 }

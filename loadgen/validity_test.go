@@ -67,6 +67,15 @@ func TestJudge(t *testing.T) {
 		{"idle session not opened", func(tr *TrialResult) {
 			tr.IdleSessionsWanted, tr.IdleSessionsOpened, tr.IdleSessions, tr.IdleFirstError = 10, 8, 8, "idle_refused: x"
 		}, []string{InvalidIdle}},
+		{"CPU read 10 ms late (the limit)", func(tr *TrialResult) {
+			tr.CPUSampledFrom, tr.CPUSampledTo = ws.Add(10*time.Millisecond), ws.Add(time.Second)
+		}, nil},
+		{"CPU read late at the start", func(tr *TrialResult) {
+			tr.CPUSampledFrom, tr.CPUSampledTo = ws.Add(11*time.Millisecond), ws.Add(time.Second)
+		}, []string{InvalidSampleLate}},
+		{"CPU read late at the end", func(tr *TrialResult) {
+			tr.CPUSampledFrom, tr.CPUSampledTo = ws, ws.Add(time.Second+360*time.Millisecond)
+		}, []string{InvalidSampleLate}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := good()
