@@ -116,20 +116,20 @@ type TrialResult struct {
 	// ClientRunqueueWaitMS is how long loadgen's threads, together, were
 	// ready to run but waited for a CPU in the window (schedstat): much of
 	// it means other processes held the machine's cores.
-	ClientRunqueueWaitMS float64    `json:"client_runqueue_wait_ms"`
+	ClientRunqueueWaitMS float64 `json:"client_runqueue_wait_ms"`
 	// CPUSampledFrom and CPUSampledTo are when the CPU readings at the
 	// window's edges were actually taken: late when the machine starved
 	// loadgen's sampler, and then the CPU figures cover that span, not the
 	// window (the trial is invalid: sample_late).
-	CPUSampledFrom time.Time `json:"cpu_sampled_from,omitzero"`
-	CPUSampledTo   time.Time `json:"cpu_sampled_to,omitzero"`
-	ServerPIDs     []int     `json:"server_pids,omitempty"` // distinct X-Pid values seen
-	Completed            int        `json:"completed"`             // OK responses that ended inside the window
-	Start                time.Time  `json:"start"`                 // trial start (warm-up begins)
-	WindowStart          time.Time  `json:"window_start"`
-	WindowEnd            time.Time  `json:"window_end"`
-	Timeline             []Bin      `json:"timeline"`
-	RSS                  []RSSPoint `json:"rss,omitempty"`
+	CPUSampledFrom time.Time  `json:"cpu_sampled_from,omitzero"`
+	CPUSampledTo   time.Time  `json:"cpu_sampled_to,omitzero"`
+	ServerPIDs     []int      `json:"server_pids,omitempty"` // distinct X-Pid values seen
+	Completed      int        `json:"completed"`             // OK responses that ended inside the window
+	Start          time.Time  `json:"start"`                 // trial start (warm-up begins)
+	WindowStart    time.Time  `json:"window_start"`
+	WindowEnd      time.Time  `json:"window_end"`
+	Timeline       []Bin      `json:"timeline"`
+	RSS            []RSSPoint `json:"rss,omitempty"`
 
 	hist, service, lag Histogram
 }
