@@ -57,7 +57,8 @@ type Config struct {
 	Sniffer sniffer.Config // bounds for each worker's sniffer (OnRecord is set by the agent)
 	// BufferBudget, when above 0, is the memory budget in bytes for TCP
 	// reassembly and QUIC CRYPTO buffers across all workers, shared equally
-	// (at least MinWorkerBudget each); it overrides Sniffer.MaxBufferedBytes.
+	// (at least MinWorkerBudget each: run refuses a smaller budget); it
+	// overrides Sniffer.MaxBufferedBytes.
 	// 0: each worker's default (sniffer.Config.MaxBufferedBytes).
 	BufferBudget int64
 

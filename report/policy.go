@@ -159,6 +159,10 @@ const (
 	// group_missing resumed)".
 	UncheckedNoChoice = "no ServerHello or HRR with a group"
 	UncheckedFolded   = "offer folded in the rollup" // a rollup's other class: no offer to predict from
+	// UncheckedDHE: TLS 1.2 with a finite-field DHE suite where the
+	// policy predicts an ECDHE group: the server chose a cipher suite, not
+	// a group, which -expect-policy does not declare.
+	UncheckedDHE = "TLS 1.2 finite-field DHE suite (a cipher-suite choice)"
 )
 
 // PolicyResult is one record checked against its server's declared policy.
@@ -205,6 +209,16 @@ func CheckPolicy(es Expectations, r *record.Handshake) PolicyResult {
 		}
 	}
 	predTLS12 := o.Reason == forecast.ReasonTLS12
+	if r.Version == "TLS1.2" && tlsparse.FiniteField(r.Group) {
+		// A DHE suite: no ECDHE group on the wire, as with RSA key
+		// transport. As predicted when the policy finds no group in
+		// common; otherwise the server's choice was its cipher suite's.
+		res.Checked = predTLS12 && o.Group == 0
+		if !res.Checked {
+			res.Unchecked = UncheckedDHE
+		}
+		return res
+	}
 	switch {
 	case obsName == "" && o.Kind == forecast.Fail && r.Outcome != record.OutcomeOK:
 		// No mutual group and the handshake failed: as predicted.

@@ -153,6 +153,22 @@ func TestCheckPolicy(t *testing.T) {
 	if res := CheckPolicy(Expectations{e}, noSH); !res.Covered || res.Checked || res.Unchecked != UncheckedNoChoice+" (timeout)" {
 		t.Errorf("timeout before a ServerHello: %+v", res)
 	}
+	// TLS 1.2 with a finite-field DHE suite (group ffdhe2048 or dhe2048)
+	// is no ECDHE choice: as predicted for a client offering no group,
+	// not checkable for one offering x25519, never a violation.
+	noGroups := hello("12", nil, nil)
+	for _, g := range []string{"ffdhe2048", "dhe2048", "dhe1024"} {
+		r := served(noGroups, "TLS1.2", 0, false)
+		r.Group = g
+		if res := CheckPolicy(Expectations{e}, r); !res.Checked || res.Kind != "" {
+			t.Errorf("TLS 1.2 %s, client without groups: %+v", g, res)
+		}
+		r = served(tls12(), "TLS1.2", 0, false)
+		r.Group = g
+		if res := CheckPolicy(Expectations{e}, r); res.Checked || res.Kind != "" || res.Unchecked != UncheckedDHE {
+			t.Errorf("TLS 1.2 %s, client offering ECDHE groups: %+v", g, res)
+		}
+	}
 	other := served(browser(), "TLS1.3", x25519, false)
 	other.Server = "127.0.0.1:9443"
 	if res := CheckPolicy(Expectations{e}, other); res.Covered {

@@ -45,6 +45,24 @@ func ParseServerKeyExchangeDHE(msg []byte) (g Group, name string, ok bool) {
 	return 0, dheName(len(p)*8 - leadingZeros8(p[0])), true
 }
 
+// FiniteField reports whether name is a finite-field DHE group's:
+// ffdhe2048 ... ffdhe8192 or a server's own prime, dhe<bits>
+// (ParseServerKeyExchangeDHE's names).
+func FiniteField(name string) bool {
+	if len(name) > 5 && name[:5] == "ffdhe" {
+		return true
+	}
+	if len(name) <= 3 || name[:3] != "dhe" {
+		return false
+	}
+	for _, c := range name[3:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // dheNames are the names of the usual prime sizes, so naming them does not
 // allocate.
 var dheNames = map[int]string{

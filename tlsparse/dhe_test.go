@@ -79,3 +79,14 @@ func TestParseServerKeyExchangeDHE(t *testing.T) {
 		}
 	}
 }
+
+func TestFiniteField(t *testing.T) {
+	for name, want := range map[string]bool{
+		"ffdhe2048": true, "ffdhe8192": true, "dhe2048": true, "dhe1024": true, "dhe777": true,
+		"x25519": false, "dhe": false, "dhex": false, "ffdhe": false, "X25519MLKEM768": false, "": false, "dhe20a8": false,
+	} {
+		if got := FiniteField(name); got != want {
+			t.Errorf("FiniteField(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

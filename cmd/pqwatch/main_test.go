@@ -113,6 +113,7 @@ func TestRunRejectsBadCaptureFlags(t *testing.T) {
 		"101 ports":     {"run", "-ports", strings.Join(many, ",")},
 		"block timeout": {"run", "-block-timeout", "2m"},
 		"tiny budget":   {"run", "-buffer-budget", "64KiB"},
+		"budget/worker": {"run", "-buffer-budget", "1MiB", "-workers", "8"},
 		"bad budget":    {"run", "-buffer-budget", "lots"},
 	} {
 		if code, _, stderr := run(t, args...); code != exitUsage || !strings.Contains(stderr, args[1]) {

@@ -80,15 +80,19 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	plan := report.NewPlan(policy, pc)
 	plan.PolicyCheck = policyCheck(es)
 	var kinds planKinds
-	failed, sources := 0, fs.NArg()
+	failed, sources, read := 0, fs.NArg(), 0
 	for _, path := range fs.Args() {
 		if ctx.Err() != nil {
 			break
 		}
+		read++
 		if err := readPlanRecords(path, os.Stdin, plan, &kinds); err != nil {
 			fmt.Fprintf(stderr, "pqwatch plan: %s: %v\n", path, err)
 			failed++
 		}
+	}
+	if pk.enabled() && ctx.Err() == nil {
+		read++
 	}
 	if pk.enabled() {
 		sources++
@@ -137,6 +141,10 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	warnPolicyUncovered(stderr, "plan", plan.PolicyCheck)
 	if plan.Malformed > 0 {
 		fmt.Fprintf(stderr, "pqwatch plan: %d lines were not records (skipped)\n", plan.Malformed)
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "pqwatch plan: interrupted: the plan covers what was read of %d of %d sources\n", read, sources)
+		return exitFailure
 	}
 	if failed > 0 {
 		fmt.Fprintf(stderr, "pqwatch plan: incomplete: %d of %d sources could not be read (named above); the plan covers the rest\n", failed, sources)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -103,8 +104,12 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	if rf.blockTO != 0 && (rf.blockTO < time.Millisecond || rf.blockTO > time.Minute) {
 		return cfg, nil, fmt.Errorf("-block-timeout %v: must be from 1ms to 1m", rf.blockTO)
 	}
-	if rf.budget != 0 && rf.budget < 1<<20 {
-		return cfg, nil, fmt.Errorf("-buffer-budget %v: at least 1MiB (one hybrid ClientHello in reassembly needs about 2 KB, a flood's eviction needs room)", &rf.budget)
+	workers := rf.workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	if least := byteSize(max(1<<20, workers*agent.MinWorkerBudget)); rf.budget != 0 && rf.budget < least {
+		return cfg, nil, fmt.Errorf("-buffer-budget %v: at least %v for %d capture workers (1MiB, and 256KiB a worker: a flood's eviction needs room)", &rf.budget, &least, workers)
 	}
 	cfg.Ports = ports
 	if len(rf.nginxLogs)+len(rf.nginxLogsAs) > 0 {
