@@ -62,10 +62,25 @@ type Accepts struct {
 	kernel acceptKernel // nil in tests that feed the index directly
 }
 
-// acceptKernel is the loaded program: its counters, and Close.
+// acceptKernel is the loaded program: its counters, a sync of its reader,
+// and Close.
 type acceptKernel interface {
 	counters() (drops, readFailures uint64)
+	sync(d time.Duration)
 	close() error
+}
+
+// maxAcceptSync bounds how long a sync waits for the reader.
+const maxAcceptSync = 20 * time.Millisecond
+
+// sync makes the ring buffer's reader index what the kernel has sent so
+// far (it is woken at most every 10 ms), waiting for it at most
+// maxAcceptSync: a record whose accept was not found asks before it waits
+// longer.
+func (a *Accepts) sync() {
+	if a.kernel != nil {
+		a.kernel.sync(maxAcceptSync)
+	}
 }
 
 // Lookup returns the accept of the TCP connection client -> server (the

@@ -92,6 +92,14 @@ func (x *attribIndex) acceptStats() AcceptStats {
 	return AcceptStats{}
 }
 
+// syncAccepts has the ring buffer's reader index what the kernel sent so
+// far (a no-op without accept events).
+func (x *attribIndex) syncAccepts() {
+	if a := x.acc.a.Load(); a != nil {
+		a.sync()
+	}
+}
+
 // acceptResult is what the accept index says of one record.
 type acceptResult int
 

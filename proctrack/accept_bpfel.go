@@ -34,6 +34,7 @@ const (
 	acceptMapEvents       = "events"
 	acceptProgExitAccept  = "exit_accept"
 	acceptProgExitAccept4 = "exit_accept4"
+	acceptVarLastWakeupNs = "last_wakeup_ns"
 	acceptVarUnusedEvent  = "unused_event"
 )
 
@@ -95,7 +96,8 @@ type acceptMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type acceptVariableSpecs struct {
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	LastWakeupNs *ebpf.VariableSpec `ebpf:"last_wakeup_ns"`
+	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
 // acceptObjects contains all objects after they have been loaded into the kernel.
@@ -133,7 +135,8 @@ func (m *acceptMaps) Close() error {
 //
 // It can be passed to loadAcceptObjects or ebpf.CollectionSpec.LoadAndAssign.
 type acceptVariables struct {
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	LastWakeupNs *ebpf.Variable `ebpf:"last_wakeup_ns"`
+	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
 }
 
 // acceptPrograms contains all programs after they have been loaded into the kernel.

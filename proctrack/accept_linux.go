@@ -110,7 +110,22 @@ type acceptLoaded struct {
 	rd    *ringbuf.Reader
 	done  chan struct{} // closed when read returns
 	once  sync.Once
+
+	syncMu sync.Mutex
+	synced chan struct{} // closed when the reader has read what a sync found
 }
+
+// The reader's wakeups (bpf/accept.c): the program wakes the reader at most
+// every 10 ms (or when 256 KiB wait), so while events come the reader polls
+// the ring every acceptPollEvery; after acceptIdleAfter without an event it
+// sleeps until a wakeup, the first event after a quiet spell forcing one,
+// with acceptIdlePoll as a safety net. A record whose accept is not indexed
+// yet asks for a sync (Accepts.sync): the reader reads the ring at once.
+const (
+	acceptPollEvery = 10 * time.Millisecond
+	acceptIdleAfter = 500 * time.Millisecond
+	acceptIdlePoll  = time.Second
+)
 
 // eventSize is sizeof(struct event) in bpf/accept.c.
 const eventSize = 56
@@ -119,15 +134,27 @@ const eventSize = 56
 // offset (NTP steps and slews) every 10 s.
 func (k *acceptLoaded) read(a *Accepts) {
 	defer close(k.done)
+	defer k.release()
 	var rec ringbuf.Record
 	next := time.Now().Add(10 * time.Second)
+	var lastData time.Time
 	for {
+		now := time.Now()
+		if now.Sub(lastData) < acceptIdleAfter {
+			k.rd.SetDeadline(now.Add(acceptPollEvery))
+		} else {
+			k.rd.SetDeadline(now.Add(acceptIdlePoll))
+		}
 		if err := k.rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
+			switch {
+			case errors.Is(err, ringbuf.ErrClosed):
 				return
+			case errors.Is(err, ringbuf.ErrFlushed):
+				k.release() // everything a sync asked for was read
 			}
 			continue
 		}
+		lastData = now
 		b := rec.RawSample
 		if len(b) < eventSize {
 			continue
@@ -153,6 +180,38 @@ func (k *acceptLoaded) read(a *Accepts) {
 			next = now.Add(10 * time.Second)
 		}
 	}
+}
+
+// sync makes the reader read what the ring holds now, and waits until it
+// has (at most d).
+func (k *acceptLoaded) sync(d time.Duration) {
+	k.syncMu.Lock()
+	ch := k.synced
+	if ch == nil {
+		ch = make(chan struct{})
+		k.synced = ch
+		if k.rd.Flush() != nil {
+			close(ch)
+			k.synced = nil
+		}
+	}
+	k.syncMu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	}
+}
+
+// release frees the waiters of a sync.
+func (k *acceptLoaded) release() {
+	k.syncMu.Lock()
+	if k.synced != nil {
+		close(k.synced)
+		k.synced = nil
+	}
+	k.syncMu.Unlock()
 }
 
 func (k *acceptLoaded) counters() (drops, readFailures uint64) {

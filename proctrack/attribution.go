@@ -126,6 +126,7 @@ func (a *Attribution) Run() {
 	in := a.q
 	for {
 		// Take what is queued.
+		synced := false
 	drain:
 		for in != nil {
 			select {
@@ -139,7 +140,15 @@ func (a *Attribution) Run() {
 				// (the ring buffer's reader can lag a connection of a
 				// millisecond), waits for the next scan like a
 				// quiet-period record, and is asked again.
-				switch a.fromAccept(it, false) {
+				res := a.fromAccept(it, false)
+				if res == acceptMiss && !synced {
+					// The reader is woken at most every 10 ms: have it
+					// read the ring now (once per batch), and ask again.
+					a.x.syncAccepts()
+					synced = true
+					res = a.fromAccept(it, false)
+				}
+				switch res {
 				case acceptFound:
 					continue
 				case acceptUnknown, acceptMiss:

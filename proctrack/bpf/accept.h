@@ -19,6 +19,15 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
+/* bpf_ringbuf_submit's flags and bpf_ringbuf_query's field (uapi bpf.h). */
+enum {
+	BPF_RB_NO_WAKEUP = 1,
+	BPF_RB_FORCE_WAKEUP = 2,
+};
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+};
+
 struct in6_addr {
 	__u8 s6_addr[16];
 } __attribute__((preserve_access_index));
