@@ -21,8 +21,8 @@ const MaxPortLabels = 100
 // keeps its number in the port label of pqwatch_port_handshakes_total, a
 // handshake to any other port counts as "other". Past MaxPortLabels ports
 // the rest are "other" too. Without it, or with no ports (capture on every
-// port), the first MaxPortLabels distinct server ports seen keep their
-// number.
+// port), the first MaxPortLabels distinct server ports to complete a
+// handshake keep their number.
 func WithPorts(ports []uint16) MetricsOption {
 	return func(c *metricsConfig) {
 		c.ports = slices.Clone(ports)
@@ -94,15 +94,17 @@ func (pm *portMetric) counter(e *portCounters, pq, oi int) prometheus.Counter {
 }
 
 // entry returns the counters of a server port, adding it when the table
-// may still grow.
-func (pm *portMetric) entry(port uint16) *portCounters {
+// may still grow and the handshake completed: a scan or forged
+// ClientHellos at unknown ports (reset, incomplete) cannot take the labels
+// before the server's real ports have served.
+func (pm *portMetric) entry(port uint16, completed bool) *portCounters {
 	if port == 0 {
 		return pm.other
 	}
 	if e := find(*pm.table.Load(), port); e != nil {
 		return e
 	}
-	if pm.fixed {
+	if pm.fixed || !completed {
 		return pm.other
 	}
 	pm.mu.Lock()
@@ -131,7 +133,7 @@ func find(table []*portCounters, port uint16) *portCounters {
 }
 
 func (pm *portMetric) write(h *record.Handshake) {
-	pm.counter(pm.entry(serverPort(h)), b2i(h.PQ), outcomeIdx(h.Outcome)).Inc()
+	pm.counter(pm.entry(serverPort(h), h.Outcome == record.OutcomeOK), b2i(h.PQ), outcomeIdx(h.Outcome)).Inc()
 }
 
 // serverPort is the record's server port: the sniffer's, else the port of

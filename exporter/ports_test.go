@@ -87,10 +87,20 @@ func TestPortHandshakesBounded(t *testing.T) {
 		return out
 	}
 	// Every port (no -ports, as `pqwatch run` passes it): the first
-	// MaxPortLabels seen.
+	// MaxPortLabels seen completing a handshake. A scan before them, forged
+	// hello starts at 5,000 other ports, takes no label.
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg, WithPorts(nil))
 	h := sampleRecord()
+	scan := sampleRecord()
+	scan.Outcome = record.OutcomeIncomplete
+	for p := 10000; p < 15000; p++ {
+		scan.ServerPort = uint16(p)
+		m.Write(scan)
+	}
+	if got := ports(reg); len(got) != 1 || !got["other"] {
+		t.Errorf("after a scan of incomplete hellos: port labels %v, want only other", got)
+	}
 	for p := 1; p <= 5000; p++ {
 		h.ServerPort = uint16(p)
 		m.Write(h)
