@@ -1,19 +1,14 @@
 package logjoin
 
 import (
-	"bytes"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -42,49 +37,13 @@ const caddyConfTmpl = `{
   }
 }`
 
-// TestRealCaddy runs Caddy (built from the Go module proxy into
-// /root/go/bin/caddy, or found on PATH) with a loopback listener, "tls
+// TestRealCaddy runs Caddy (testenv.LookBin: on PATH or in ~/go/bin,
+// where .ci/run builds it from the Go module proxy) with a loopback listener, "tls
 // internal" and a JSON access log, drives Go crypto/tls clients, and checks
 // that every line parses, matches the client's view, and joins by port.
 func TestRealCaddy(t *testing.T) {
-	bin := "/root/go/bin/caddy"
-	if _, err := os.Stat(bin); err != nil {
-		p, err := exec.LookPath("caddy")
-		if err != nil {
-			t.Skip("caddy binary not found at /root/go/bin/caddy or on PATH")
-		}
-		bin = p
-	}
-	dir := t.TempDir()
-	port := freePort(t)
-	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port)).Replace(caddyConfTmpl)
-	confFile := filepath.Join(dir, "caddy.json")
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "run", "--config", confFile)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot start caddy: %v", err)
-	}
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cmd.Process.Signal(os.Interrupt)
-			cmd.Wait()
-		}
-	}
-	defer stop()
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	if !waitTLS(addr, 20*time.Second) {
-		stop()
-		t.Fatalf("caddy did not serve TLS on %s:\n%s", addr, out.String())
-	}
+	cd := testenv.StartCaddy(t, caddyConfTmpl, 0)
+	port := cd.Port
 
 	var views []clientView
 	for i := range 12 {
@@ -94,7 +53,7 @@ func TestRealCaddy(t *testing.T) {
 	// Caddy writes its access log synchronously per request; give the
 	// file a moment, then stop it so the log is complete.
 	time.Sleep(200 * time.Millisecond)
-	stop()
+	cd.Stop()
 
 	byPath := map[string]clientView{}
 	for _, v := range views {
@@ -102,7 +61,7 @@ func TestRealCaddy(t *testing.T) {
 	}
 	var lines []Line
 	var cl logparse.CaddyLine
-	readLines(t, filepath.Join(dir, "access.log"), func(raw []byte) {
+	readLines(t, filepath.Join(cd.Dir, "access.log"), func(raw []byte) {
 		if err := logparse.ParseCaddyLine(raw, &cl); err != nil {
 			t.Errorf("caddy line does not parse: %v\n%s", err, raw)
 			return
@@ -141,18 +100,4 @@ func TestRealCaddy(t *testing.T) {
 		groups[v.group]++
 	}
 	t.Logf("caddy: %d requests joined %d; groups seen by the clients %v", len(views), st.Joined, groups)
-}
-
-func waitTLS(addr string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 500 * time.Millisecond}, "tcp", addr,
-			&tls.Config{ServerName: "localhost", InsecureSkipVerify: true})
-		if err == nil {
-			c.Close()
-			return true
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return false
 }

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -76,16 +77,6 @@ func writeSelfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 	return certFile, keyFile
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 const nginxConfTmpl = `
 worker_processes 2;
 pid {{dir}}/nginx.pid;
@@ -133,7 +124,10 @@ func TestRealNginx(t *testing.T) {
 		t.Fatal(err)
 	}
 	cert, key := writeSelfSigned(t, dir)
-	port := freePort(t)
+	port, err := testenv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port), "{{cert}}", cert, "{{key}}", key).Replace(nginxConfTmpl)
 	if os.Geteuid() == 0 {
 		conf = "user root;\n" + conf

@@ -1,7 +1,6 @@
 package sniffer_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -112,57 +111,6 @@ func opensslSession(t *testing.T, addr, sni, name string, args ...string) []resu
 	return res
 }
 
-const caddyResumeConf = `{
-  "admin": {"disabled": true},
-  "storage": {"module": "file_system", "root": "{{dir}}/data"},
-  "logging": {"logs": {"default": {"level": "ERROR", "writer": {"output": "file", "filename": "{{dir}}/caddy.log"}}}},
-  "apps": {
-    "http": {"servers": {"s": {
-      "listen": ["127.0.0.1:{{port}}"],
-      "protocols": ["h1"],
-      "automatic_https": {"disable_redirects": true},
-      "tls_connection_policies": [{"protocol_min": "tls1.2"}],
-      "routes": [{"handle": [{"handler": "static_response", "status_code": 200, "body": "ok\n"}]}]
-    }}},
-    "tls": {
-      "certificates": {"automate": ["localhost"]},
-      "automation": {"policies": [{"subjects": ["localhost"], "issuers": [{"module": "internal"}]}]}
-    },
-    "pki": {"certificate_authorities": {"local": {"install_trust": false}}}
-  }
-}`
-
-// startCaddy runs Caddy with "tls internal" on 127.0.0.1:port.
-func startCaddy(t *testing.T, port int) {
-	bin := testenv.NeedBin(t, "caddy")
-	dir := t.TempDir()
-	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port)).Replace(caddyResumeConf)
-	confFile := filepath.Join(dir, "caddy.json")
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--config", confFile)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot start caddy: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
-		if err == nil {
-			c.Close()
-			return
-		}
-	}
-	t.Fatalf("caddy did not serve TLS on %s:\n%s", addr, out.String())
-}
-
 // TestResumptionLive: real clients resume real servers' sessions over
 // loopback — Go crypto/tls (TLS 1.3 and 1.2, a ClientSessionCache) against
 // Caddy and against nginx with tickets and a session cache on, and openssl
@@ -187,7 +135,7 @@ func TestResumptionLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.StartNginx(t, testenv.NginxOptions{Listen: "127.0.0.1:" + strconv.Itoa(nport), Resumption: true})
-	startCaddy(t, cport)
+	testenv.StartCaddy(t, testenv.CaddyConf, cport)
 	nginx, caddy := net.JoinHostPort("127.0.0.1", strconv.Itoa(nport)), net.JoinHostPort("127.0.0.1", strconv.Itoa(cport))
 	capt := testenv.StartCapture(t, "", "lo", fmt.Sprintf("tcp port %d or tcp port %d", nport, cport))
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -23,62 +22,6 @@ import (
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
-
-// caddyHybridConf is Caddy with its default key exchange (Caddy 2.11:
-// X25519MLKEM768, x25519, secp256r1, chosen by Go's rule) and "tls
-// internal" on 127.0.0.1:{{port}}.
-const caddyHybridConf = `{
-  "admin": {"disabled": true},
-  "storage": {"module": "file_system", "root": "{{dir}}/data"},
-  "logging": {"logs": {"default": {"level": "ERROR", "writer": {"output": "file", "filename": "{{dir}}/caddy.log"}}}},
-  "apps": {
-    "http": {"servers": {"s": {
-      "listen": ["127.0.0.1:{{port}}"],
-      "protocols": ["h1"],
-      "automatic_https": {"disable_redirects": true},
-      "tls_connection_policies": [{}],
-      "routes": [{"handle": [{"handler": "static_response", "status_code": 200, "body": "ok\n"}]}]
-    }}},
-    "tls": {
-      "certificates": {"automate": ["localhost"]},
-      "automation": {"policies": [{"subjects": ["localhost"], "issuers": [{"module": "internal"}]}]}
-    },
-    "pki": {"certificate_authorities": {"local": {"install_trust": false}}}
-  }
-}`
-
-// startCaddyHybrid runs the Caddy binary with caddyHybridConf on port; it
-// returns once Caddy serves TLS there, and stops it at the test's end.
-func startCaddyHybrid(t *testing.T, port int) {
-	t.Helper()
-	bin := testenv.NeedBin(t, "caddy")
-	dir := t.TempDir()
-	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port)).Replace(caddyHybridConf)
-	confFile := filepath.Join(dir, "caddy.json")
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--config", confFile)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Skipf("cannot start caddy: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
-		if err == nil {
-			c.Close()
-			return
-		}
-	}
-	t.Fatalf("caddy did not serve TLS on %s:\n%s", addr, out.String())
-}
 
 // recaptureMix is the client mix: Go crypto/tls clients (TLS 1.3) whose
 // CurvePreferences differ. Go orders them itself (hybrids first, then
@@ -126,7 +69,7 @@ func TestPlanRecapture(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.StartNginx(t, testenv.NginxOptions{Listen: "127.0.0.1:" + strconv.Itoa(nport), ECDHCurve: "X25519:prime256v1:secp384r1"})
-	startCaddyHybrid(t, cport)
+	testenv.StartCaddy(t, testenv.CaddyConf, cport) // Caddy's default key exchange: X25519MLKEM768, x25519, secp256r1
 	nginx, caddy := net.JoinHostPort("127.0.0.1", strconv.Itoa(nport)), net.JoinHostPort("127.0.0.1", strconv.Itoa(cport))
 	capt := testenv.StartCapture(t, "", "lo", fmt.Sprintf("tcp port %d or tcp port %d", nport, cport))
 	const rounds = 3

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -65,63 +64,6 @@ func policyServer(t *testing.T, legacySNI string) (string, uint16) {
 	}()
 	a := ln.Addr().(*net.TCPAddr)
 	return a.String(), uint16(a.Port)
-}
-
-const policyCaddyConf = `{
-  "admin": {"disabled": true},
-  "storage": {"module": "file_system", "root": "{{dir}}"},
-  "apps": {
-    "http": {"servers": {"s": {
-      "listen": ["127.0.0.1:{{port}}"],
-      "protocols": ["h1"],
-      "automatic_https": {"disable_redirects": true},
-      "tls_connection_policies": [{"protocol_min": "tls1.2"}],
-      "routes": [{"handle": [{"handler": "static_response", "status_code": 200, "body": "ok\n"}]}]
-    }}},
-    "tls": {
-      "certificates": {"automate": ["localhost"]},
-      "automation": {"policies": [{"subjects": ["localhost"], "issuers": [{"module": "internal"}]}]}
-    },
-    "pki": {"certificate_authorities": {"local": {"install_trust": false}}}
-  }
-}`
-
-// policyCaddy runs a real Caddy (default curves) with "tls internal" on a
-// free loopback port.
-func policyCaddy(t *testing.T) (string, uint16) {
-	t.Helper()
-	bin := testenv.NeedBin(t, "caddy")
-	port, err := testenv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	conf := strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port)).Replace(policyCaddyConf)
-	confFile := filepath.Join(dir, "caddy.json")
-	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--config", confFile)
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("cannot start caddy: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-	})
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"})
-		if err == nil {
-			c.Close()
-			return addr, uint16(port)
-		}
-	}
-	t.Fatalf("caddy did not serve TLS on %s:\n%s", addr, out.String())
-	return "", 0
 }
 
 // policyOutcome is what one client saw: the group of the server's final
@@ -207,7 +149,8 @@ func TestPolicyCheckLive(t *testing.T) {
 	testenv.NeedBin(t, "tcpdump", "caddy", "nginx")
 	good, goodPort := policyServer(t, "")
 	bad, badPort := policyServer(t, "legacy.test")
-	caddy, caddyPort := policyCaddy(t)
+	cd := testenv.StartCaddy(t, testenv.CaddyConf, 0) // default curves, "tls internal"
+	caddy, caddyPort := cd.Addr, uint16(cd.Port)
 	nginxPort, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@
 //	NewPair(t, mtu)            NewPairE(mtu) (*Pair, error); (*Pair).Close
 //	Cert(t, dir)               CertE(dir) (certFile, keyFile, cert, error)
 //	StartNginx(t, o)           StartNginxE(ctx, dir, o) (*Nginx, error); (*Nginx).Stop
+//	StartCaddy(t, conf, port)  StartCaddyE(ctx, dir, conf, port) (*Caddy, error); (*Caddy).Stop
 //	StartCapture(t, ...)       StartCaptureE(ns, iface, filter, file) (*Capture, error); (*Capture).Stop
 //	Tshark(t, file, ...)       TsharkE(file, ...) ([]TsharkHello, error)
 //	GoServer(t, ns, addr, ...) GoServerE(ns, addr, ...) (net.Listener, error)
@@ -93,6 +94,26 @@ func StartNginx(t testing.TB, o NginxOptions) *Nginx {
 	}
 	t.Cleanup(func() { n.Stop() })
 	return n
+}
+
+// StartCaddy runs Caddy with conf (a JSON template such as CaddyConf) on
+// 127.0.0.1:port (0: a free port) in a temp dir, and returns once it serves
+// TLS there; cleanup stops it (Stop may be called before).
+func StartCaddy(t testing.TB, conf string, port int) *Caddy {
+	t.Helper()
+	if port == 0 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = p
+	}
+	c, err := StartCaddyE(context.Background(), t.TempDir(), conf, port)
+	if err != nil {
+		check(t, err)
+	}
+	t.Cleanup(c.Stop)
+	return c
 }
 
 // StartCapture runs tcpdump -i iface in ns writing to a temp pcap, and waits
