@@ -536,20 +536,57 @@ var PlanCSVHeader = []string{
 	"handshakes_costed", "server_cpu_seconds_today", "extra_server_cpu_seconds", "extra_server_cpu_seconds_low", "extra_server_cpu_seconds_high",
 	"extra_server_cpu_cores", "extra_server_cpu_cores_low", "extra_server_cpu_cores_high", "extra_percent_of_handshake_cpu",
 	"extra_percent_of_handshake_cpu_low", "extra_percent_of_handshake_cpu_high",
+	"policy", "policy_checked", "policy_matched", "policy_violations",
 }
+
+// planCSVPolicyColumns are the last columns of PlanCSVHeader: the policy
+// check's.
+const planCSVPolicyColumns = 4
 
 // CSVRows returns the rows of the CSV form: the fleet, then one per node
 // and one per server, in name order, with PlanCSVHeader's columns (cost
-// columns empty without costs).
+// columns empty without costs; policy columns as policyCSV).
 func (pl *Plan) CSVRows() [][]string {
-	rows := [][]string{pl.PlanFigures.csv("fleet", "")}
+	rows := [][]string{append(pl.PlanFigures.csv("fleet", ""), pl.policyCSV("fleet", "")...)}
 	for _, n := range sortedNames(pl.Nodes) {
-		rows = append(rows, pl.Nodes[n].csv("node", n))
+		rows = append(rows, append(pl.Nodes[n].csv("node", n), pl.policyCSV("node", n)...))
 	}
 	for _, n := range sortedNames(pl.Servers) {
-		rows = append(rows, pl.Servers[n].csv("server", n))
+		rows = append(rows, append(pl.Servers[n].csv("server", n), pl.policyCSV("server", n)...))
 	}
 	return rows
+}
+
+// policyCSV returns the policy columns of a row: empty without a policy
+// check and on node rows; the check's totals (no policy) on the fleet row;
+// on a server row with a declared policy that policy and its counts (0
+// when none of its records was checkable), empty for a server without
+// one, for the plan's "other" row, and the counts empty for a server the
+// check folded into its own "(other)" (past MaxPolicyServers).
+func (pl *Plan) policyCSV(scope, name string) []string {
+	row := make([]string, planCSVPolicyColumns)
+	pc := pl.PolicyCheck
+	if pc == nil || scope == "node" || scope == "server" && name == PlanOther {
+		return row
+	}
+	counts := func(checked, matched, violations int) {
+		row[1], row[2], row[3] = fmt.Sprint(checked), fmt.Sprint(matched), fmt.Sprint(violations)
+	}
+	if scope == "fleet" {
+		counts(pc.Checked, pc.Matched, pc.Violations)
+		return row
+	}
+	p, ok := pc.exp.For(name)
+	if !ok {
+		return row
+	}
+	row[0] = p.String()
+	if s := pc.ByServer[name]; s != nil {
+		counts(s.Checked, s.Matched, s.Violations)
+	} else if pc.ServersOverflow == 0 {
+		counts(0, 0, 0)
+	}
+	return row
 }
 
 func (f *PlanFigures) csv(scope, name string) []string {
@@ -564,7 +601,7 @@ func (f *PlanFigures) csv(scope, name string) []string {
 		row = append(row, d(c.Costed), g(c.TodayCPUSeconds), g(c.ExtraCPUSeconds), g(c.ExtraCPUSecondsLow), g(c.ExtraCPUSecondsHigh),
 			g(c.ExtraCores), g(c.ExtraCoresLow), g(c.ExtraCoresHigh), g(c.Percent), g(c.PercentLow), g(c.PercentHigh))
 	} else {
-		row = append(row, make([]string, len(PlanCSVHeader)-len(row))...)
+		row = append(row, make([]string, len(PlanCSVHeader)-planCSVPolicyColumns-len(row))...)
 	}
 	return row
 }

@@ -342,3 +342,80 @@ func FuzzParseExpectation(f *testing.F) {
 		}
 	})
 }
+
+// TestPlanCSVPolicy: the plan's CSV carries the policy check's counts, the
+// fleet's totals and each declared server's row, counted here by hand: at
+// 8443 (declared go) one match and two violations, at 7443 (declared) only
+// a timeout, not checkable (0 checked), at 9443 nothing declared (empty).
+func TestPlanCSVPolicy(t *testing.T) {
+	var es Expectations
+	for _, d := range []string{"127.0.0.1:8443=go", "127.0.0.1:7443=go"} {
+		e, err := ParseExpectation(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	goPolicy, _ := es.For("127.0.0.1:8443")
+	good := served(hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false)
+	bad := served(hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), "TLS1.3", x25519, false)
+	other := served(hello("13", []uint16{x25519}, []uint16{x25519}), "TLS1.3", x25519, false)
+	other.Server = "127.0.0.1:9443"
+	timeout := hello("13", []uint16{x25519}, []uint16{x25519})
+	timeout.Server, timeout.Outcome = "127.0.0.1:7443", record.OutcomeTimeout
+	recs := []*record.Handshake{good, bad, bad, other, timeout}
+	for i, r := range recs {
+		r.Node = []string{"a", "b"}[i%2]
+	}
+
+	col := map[string]int{}
+	for i, h := range PlanCSVHeader {
+		col[h] = i
+	}
+	policyCols := func(row []string) string {
+		return strings.Join([]string{row[col["policy"]], row[col["policy_checked"]], row[col["policy_matched"]], row[col["policy_violations"]]}, "|")
+	}
+	for _, check := range []bool{false, true} {
+		pl := NewPlan(forecast.DefaultPolicy, nil)
+		if check {
+			pl.PolicyCheck = NewPolicyCheck(es)
+		}
+		for _, r := range recs {
+			pl.Add(r)
+		}
+		pl.Finish()
+		want := map[string]string{"fleet": "|||", "node a": "|||", "node b": "|||",
+			"server 127.0.0.1:7443": "|||", "server 127.0.0.1:8443": "|||", "server 127.0.0.1:9443": "|||"}
+		if check {
+			want["fleet"] = "|3|1|2"
+			want["server 127.0.0.1:7443"] = goPolicy.String() + "|0|0|0"
+			want["server 127.0.0.1:8443"] = goPolicy.String() + "|3|1|2"
+		}
+		rows := pl.CSVRows()
+		if len(rows) != len(want) {
+			t.Fatalf("policy check %v: %d rows, want %d", check, len(rows), len(want))
+		}
+		for _, row := range rows {
+			if len(row) != len(PlanCSVHeader) {
+				t.Fatalf("row %v: %d columns of %d", row[:2], len(row), len(PlanCSVHeader))
+			}
+			key := strings.TrimSpace(row[0] + " " + row[1])
+			if got := policyCols(row); got != want[key] {
+				t.Errorf("policy check %v: %s policy columns %q, want %q", check, key, got, want[key])
+			}
+		}
+		if check {
+			// Had the check folded servers past MaxPolicyServers, 7443's
+			// (no row of its own) could be among them: counts unknown.
+			pl.PolicyCheck.ServersOverflow = 1
+			for _, row := range pl.CSVRows() {
+				if row[1] == "127.0.0.1:7443" && policyCols(row) != goPolicy.String()+"|||" {
+					t.Errorf("folded server's policy columns %q", policyCols(row))
+				}
+			}
+			if s := pl.PolicyCheck.ByServer["127.0.0.1:8443"]; s == nil || s.Checked != 3 || s.Matched != 1 || s.Violations != 2 || s.Policy != goPolicy.String() {
+				t.Errorf("policy check's own row %+v", s)
+			}
+		}
+	}
+}

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -62,6 +64,35 @@ func TestPolicyCheckTestdata(t *testing.T) {
 			if !reflect.DeepEqual(pl[k], p[k]) {
 				t.Errorf("%s: plan's %s %v, analyze's %v", c.expect, k, pl[k], p[k])
 			}
+		}
+		// The CSV's policy columns: the fleet's totals and the server's row.
+		code, csvOut, stderr := run(t, "plan", "-format", "csv", "-expect-policy", c.expect, jsonl)
+		rows, err := csv.NewReader(strings.NewReader(csvOut)).ReadAll()
+		if code != 0 || err != nil || len(rows) < 2 {
+			t.Fatalf("%s: plan -format csv exits %d (%v): %s", c.expect, code, err, stderr)
+		}
+		col := map[string]int{}
+		for i, h := range rows[0] {
+			col[h] = i
+		}
+		counts := fmt.Sprintf("%d|%d|%d", c.checked, c.matched, c.violations)
+		servers := 0
+		for _, r := range rows[1:] {
+			got := strings.Join([]string{r[col["policy_checked"]], r[col["policy_matched"]], r[col["policy_violations"]]}, "|")
+			want, wantPolicy := "||", ""
+			switch {
+			case r[0] == "fleet":
+				want = counts
+			case r[0] == "server" && r[1] == "10.0.0.1:443":
+				want, wantPolicy = counts, row["policy"].(string)
+				servers++
+			}
+			if got != want || r[col["policy"]] != wantPolicy {
+				t.Errorf("%s: csv %s %s policy %q counts %s, want %q %s", c.expect, r[0], r[1], r[col["policy"]], got, wantPolicy, want)
+			}
+		}
+		if servers != 1 {
+			t.Errorf("%s: %d csv rows of server 10.0.0.1:443:\n%s", c.expect, servers, csvOut)
 		}
 		_, text, _ := run(t, "analyze", "-expect-policy", c.expect, pcap)
 		if !strings.Contains(text, "\npolicy check\n") {
