@@ -264,7 +264,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 	if ok {
 		gc := *g
 		r.Generation = &gc
-		a.t.ObserveHandshake(g, record.GroupLabel(r))
+		a.t.observeAttributed(g, r)
 	}
 	a.next(r)
 }
@@ -280,7 +280,7 @@ func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
 		a.x.acc.byAccept.Add(1)
 		gc := *g
 		it.r.Generation = &gc
-		a.t.ObserveHandshake(g, record.GroupLabel(it.r))
+		a.t.observeAttributed(g, it.r)
 		a.next(it.r)
 	case acceptUnknown:
 		if last {

@@ -39,6 +39,7 @@ type LogPID struct {
 	found     atomic.Uint64 // records without a generation that $pid attributed
 	corrected atomic.Uint64 // records whose generation $pid replaced
 	unknown   atomic.Uint64 // $pid of no tracked process
+	overflow  atomic.Uint64 // not held for a scan: maxHeldLog were waiting
 	desc      *prometheus.Desc
 }
 
@@ -49,20 +50,22 @@ type heldRecord struct {
 }
 
 // maxHeldLog bounds the records held for a scan; past it they go on as
-// they are (counted unknown_pid).
+// they are (counted held_overflow).
 const maxHeldLog = 8192
 
 // NewLogPID returns the stage for tracker t; Then says where it hands
 // records. Its counters exist (at zero) from the start, with or without a log.
 func NewLogPID(t *Tracker) *LogPID {
 	return &LogPID{t: t, desc: prometheus.NewDesc("pqwatch_attributions_from_log_total",
-		"TCP handshakes whose joined nginx access-log line's $pid named their server process: result found (the attribution had left them without a generation), corrected (it had named another generation, or another worker), or unknown_pid ($pid names no tracked process, even after a scan).",
+		"TCP handshakes whose joined nginx access-log line's $pid named their server process: result found (the attribution had left them without a generation), corrected (it had named another generation, or another worker), unknown_pid ($pid names no tracked process, even after a scan), or held_overflow (not held for a scan: 8192 records were waiting).",
 		[]string{"result"}, nil)}
 }
 
-// Then sets the step after this one and returns the stage.
+// Then sets the step after this one and returns the stage. From then on
+// the stage counts every record's generation, not the attribution.
 func (s *LogPID) Then(next func(*record.Handshake)) *LogPID {
 	s.next = next
+	s.t.countAfterLog.Store(true)
 	return s
 }
 
@@ -102,7 +105,7 @@ func (s *LogPID) Process(r *record.Handshake) {
 	s.mu.Lock()
 	if len(s.held) >= maxHeldLog {
 		s.mu.Unlock()
-		s.unknown.Add(1)
+		s.overflow.Add(1)
 		s.hand(r)
 		return
 	}
@@ -165,7 +168,6 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 	switch g := r.Generation; {
 	case g == nil:
 		s.found.Add(1)
-		s.t.ObserveHandshake(found, record.GroupLabel(r))
 	case g.ID == found.ID && g.MasterPID == found.MasterPID:
 		if g.WorkerPID == pid {
 			return true
@@ -177,7 +179,6 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 		return true
 	default:
 		s.corrected.Add(1)
-		s.t.moveHandshake(g, found, record.GroupLabel(r))
 	}
 	gc := *found
 	gc.WorkerPID = pid
@@ -185,7 +186,15 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 	return true
 }
 
+// hand passes r on, counting it in its generation's
+// pqwatch_generation_handshakes_total: with this stage in the pipeline the
+// attribution leaves that count to it, so a record is counted once, where
+// $pid had its say, and a counter never goes down (a correction counted
+// as -1 here and +1 there read as a counter reset to Prometheus).
 func (s *LogPID) hand(r *record.Handshake) {
+	if r.Generation != nil {
+		s.t.ObserveHandshake(r.Generation, record.GroupLabel(r))
+	}
 	s.emitMu.Lock()
 	s.next(r)
 	s.emitMu.Unlock()
@@ -198,5 +207,6 @@ func (s *LogPID) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
 func (s *LogPID) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.found.Load()), "found")
 	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.corrected.Load()), "corrected")
+	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.overflow.Load()), "held_overflow")
 	ch <- prometheus.MustNewConstMetric(s.desc, prometheus.CounterValue, float64(s.unknown.Load()), "unknown_pid")
 }

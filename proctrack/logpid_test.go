@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pqwatch/pqwatch/record"
@@ -53,9 +54,32 @@ func TestLogPID(t *testing.T) {
 # TYPE pqwatch_attributions_from_log_total counter
 pqwatch_attributions_from_log_total{result="corrected"} 1
 pqwatch_attributions_from_log_total{result="found"} %d
+pqwatch_attributions_from_log_total{result="held_overflow"} 0
 pqwatch_attributions_from_log_total{result="unknown_pid"} 1
-`, "TCP handshakes whose joined nginx access-log line's $pid named their server process: result found (the attribution had left them without a generation), corrected (it had named another generation, or another worker), or unknown_pid ($pid names no tracked process, even after a scan).", len(gen.Workers))
+`, "TCP handshakes whose joined nginx access-log line's $pid named their server process: result found (the attribution had left them without a generation), corrected (it had named another generation, or another worker), unknown_pid ($pid names no tracked process, even after a scan), or held_overflow (not held for a scan: 8192 records were waiting).", len(gen.Workers))
 	if err := testutil.CollectAndCompare(s, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+	// Each record counted once, in the generation it ends with; the one
+	// attributed to "nginx-other-1" and corrected was never counted there
+	// (a count taken back would read as a counter reset).
+	counts := map[string]float64{}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tr.Collector())
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "pqwatch_generation_handshakes_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "generation" {
+					counts[lp.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if counts[gen.ID] != float64(len(gen.Workers)+2) || counts["nginx-other-1"] != 0 {
+		t.Errorf("pqwatch_generation_handshakes_total by generation %v, want %s %d and nothing else", counts, gen.ID, len(gen.Workers)+2)
 	}
 }

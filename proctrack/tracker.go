@@ -177,6 +177,9 @@ type Tracker struct {
 	log  *slog.Logger
 	diag sockDiag
 	ix   *attribIndex // the attribution index, fed by the scans
+	// countAfterLog: a LogPID stage follows the attribution and counts
+	// each record's generation (pqwatch_generation_handshakes_total).
+	countAfterLog atomic.Bool
 
 	mu         sync.RWMutex
 	rd         *procReader // reads /proc into snapshots
@@ -531,13 +534,12 @@ func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
 	t.observe(gen, group, 1)
 }
 
-// moveHandshake moves one handshake's count from one generation to
-// another: the access log's $pid corrected the attribution.
-func (t *Tracker) moveHandshake(from, to *record.Generation, group string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.observe(from, group, -1)
-	t.observe(to, group, 1)
+// observeAttributed counts r in generation g as the attribution found it,
+// unless a LogPID stage follows (it counts once $pid had its say).
+func (t *Tracker) observeAttributed(g *record.Generation, r *record.Handshake) {
+	if !t.countAfterLog.Load() {
+		t.ObserveHandshake(g, record.GroupLabel(r))
+	}
 }
 
 // observe adds delta (1, or -1 to take one back) to gen's count of group.
