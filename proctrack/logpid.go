@@ -3,6 +3,7 @@ package proctrack
 import (
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,8 +96,11 @@ func (s *LogPID) Process(r *record.Handshake) {
 		s.hand(r) // the accept event named this worker already
 		return
 	}
-	// A process that exists and no scan has seen: the next one will.
-	if _, err := os.Stat(s.t.cfg.ProcRoot + "/" + strconv.Itoa(l.PID)); err != nil {
+	// An nginx process that exists and no scan has seen: the next one
+	// will. Anything else is not worth a wait: no process, or one that is
+	// no nginx (an nginx in a container logs its own PID namespace's
+	// numbers, which on the host are other processes).
+	if !isNginx(s.t.cfg.ProcRoot, s.t.cfg.NginxComms, l.PID) {
 		s.unknown.Add(1)
 		s.hand(r)
 		return
@@ -115,6 +119,21 @@ func (s *LogPID) Process(r *record.Handshake) {
 		go s.hold()
 	}
 	s.mu.Unlock()
+}
+
+// isNginx reports whether /proc/PID/comm names an nginx process (starts
+// with one of comms, Config.NginxComms).
+func isNginx(procRoot string, comms []string, pid int) bool {
+	b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return false
+	}
+	for _, c := range comms {
+		if strings.HasPrefix(string(b), c) {
+			return true
+		}
+	}
+	return false
 }
 
 // hold hands on the held records as scans learn their $pid, or when they
