@@ -21,8 +21,9 @@ var ErrAcceptsUnsupported = errors.New("proctrack: accept events need Linux on a
 
 // DefaultMaxAccepts is the accept index's bound when AcceptConfig leaves it
 // zero: half a minute of 4,000 accepts a second, far more than the seconds
-// a record waits for attribution, in some 25 MB of Go heap
-// (TestAcceptIndexVsFastcache measures 200 MB at a million).
+// a record waits for attribution, in some 30 MB of Go heap
+// (TestAcceptIndexVsFastcache measures 235 MB at a million, each entry
+// keeping the accept before it of the same addresses).
 const DefaultMaxAccepts = 1 << 17
 
 // AcceptConfig configures OpenAccepts.
@@ -86,13 +87,37 @@ func (a *Accepts) sync() {
 // Lookup returns the accept of the TCP connection client -> server (the
 // server's address as the client saw it) that happened at or after
 // notBefore: an older entry of the same addresses is an earlier
-// connection that reused the client port.
+// connection that reused the client port. The index keeps the last two
+// accepts of an address pair; with notBefore set, the one nearest to
+// notBefore + acceptMargin (the connection's SYN, as the attribution asks)
+// answers, so an earlier connection's record asked after its port was
+// reused still finds its own accept. With notBefore zero, the latest.
 func (a *Accepts) Lookup(client, server netip.AddrPort, notBefore time.Time) (Accept, bool) {
 	e, ok := a.idx.get(acceptKeyOf(client, server))
-	if !ok || (!notBefore.IsZero() && e.unixNano < notBefore.UnixNano()) {
+	if !ok {
+		return Accept{}, false
+	}
+	if notBefore.IsZero() {
+		return e.accept(), true
+	}
+	nb := notBefore.UnixNano()
+	syn := nb + int64(acceptMargin)
+	cur := e.unixNano >= nb
+	prev := e.prevNano != 0 && e.prevNano >= nb
+	if prev && (!cur || absDiff(e.prevNano, syn) < absDiff(e.unixNano, syn)) {
+		return Accept{TGID: int(e.prevTGID), TID: int(e.prevTID), Time: time.Unix(0, e.prevNano)}, true
+	}
+	if !cur {
 		return Accept{}, false
 	}
 	return e.accept(), true
+}
+
+func absDiff(a, b int64) int64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }
 
 // Stats returns the counters.
@@ -148,11 +173,14 @@ type acceptIndex struct {
 	replaced uint64
 }
 
-// acceptEntry is an Accept, compact: 24 bytes.
+// acceptEntry is an Accept and the one before it of the same addresses
+// (a reused client port), compact: 40 bytes.
 type acceptEntry struct {
-	tgid, tid uint32
-	unixNano  int64
-	seq       uint64
+	tgid, tid         uint32
+	unixNano          int64
+	seq               uint64
+	prevTGID, prevTID uint32
+	prevNano          int64 // 0: none
 }
 
 func (e acceptEntry) accept() Accept {
@@ -183,8 +211,9 @@ func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
 	}
 	*s = acceptSlot{k, x.seq}
 	e.seq = x.seq
-	if _, ok := x.m[k]; ok {
+	if old, ok := x.m[k]; ok {
 		x.replaced++
+		e.prevTGID, e.prevTID, e.prevNano = old.tgid, old.tid, old.unixNano
 	}
 	x.m[k] = e
 	x.mu.Unlock()

@@ -71,6 +71,26 @@ func TestAcceptIndexBound(t *testing.T) {
 	if _, ok := b.Lookup(netip.MustParseAddrPort("127.0.0.8:4000"), netip.MustParseAddrPort("127.0.0.9:443"), time.Unix(2, 0)); ok {
 		t.Errorf("an accept older than notBefore matched")
 	}
+
+	// A client port reused 2 s later: each connection's record, asked with
+	// its own SYN (notBefore = SYN - acceptMargin), finds its own accept,
+	// the earlier one too after the reuse.
+	r := &Accepts{idx: newAcceptIndex(16)}
+	rc := netip.MustParseAddrPort("10.0.0.2:5000")
+	syn1, syn2 := time.Unix(100, 0), time.Unix(102, 0)
+	r.add(server, rc, 11, 11, uint64(syn1.Add(time.Millisecond).UnixNano()))
+	r.add(server, rc, 22, 22, uint64(syn2.Add(time.Millisecond).UnixNano()))
+	for _, tc := range []struct {
+		syn  time.Time
+		tgid int
+	}{{syn1, 11}, {syn2, 22}} {
+		if e, ok := r.Lookup(rc, server, tc.syn.Add(-acceptMargin)); !ok || e.TGID != tc.tgid {
+			t.Errorf("SYN at %v: %+v %v, want tgid %d", tc.syn, e, ok, tc.tgid)
+		}
+	}
+	if _, ok := r.Lookup(rc, server, time.Unix(103, 0)); ok {
+		t.Errorf("an accept older than notBefore matched after a reuse")
+	}
 }
 
 // openAccepts opens the kernel's accept events or skips with the reason.
