@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -205,23 +206,10 @@ func BenchmarkEncodingJSON(b *testing.B) {
 	}
 }
 
-// lockedBuf is a bytes.Buffer safe for a timer goroutine's writes.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuf) Len() int { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Len() }
-
 // TestJSONLFlushAfter: a line waits in the buffer at most FlushAfter; with
 // EachLine it is written at once.
 func TestJSONLFlushAfter(t *testing.T) {
-	var w lockedBuf
+	var w testenv.Buffer
 	j := NewJSONLWith(&w, JSONLOptions{FlushAfter: 50 * time.Millisecond})
 	_ = j.Write(sampleRecord())
 	if w.Len() != 0 {
@@ -246,7 +234,7 @@ func TestJSONLFlushAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var each lockedBuf
+	var each testenv.Buffer
 	je := NewJSONLWith(&each, JSONLOptions{EachLine: true})
 	_ = je.Write(sampleRecord())
 	if each.Len() != n {

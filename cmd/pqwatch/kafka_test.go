@@ -310,7 +310,7 @@ func TestRunKafkaCreatesTopic(t *testing.T) {
 	defer c.Close()
 	brokers := strings.Join(c.ListenAddrs(), ",")
 
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	code, _, errOut := run(t, "run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-metrics-addr", "", "-no-process-tracking",
 		"-kafka-brokers", brokers, "-kafka-create-topic=false")
 	if code != exitFailure || !strings.Contains(errOut, `topic "pqwatch.handshakes" does not exist`) || !strings.Contains(errOut, "kafka-topics.sh") {
@@ -383,7 +383,7 @@ func deadKafka(t *testing.T) (string, func() *kfake.Cluster) {
 	}
 }
 
-func waitLog(t *testing.T, log *syncBuffer, s string, timeout time.Duration) bool {
+func waitLog(t *testing.T, log *testenv.Buffer, s string, timeout time.Duration) bool {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !strings.Contains(log.String(), s) {
@@ -410,7 +410,7 @@ func TestRunKilledKeepsKafkaSpool(t *testing.T) {
 	spool, out := filepath.Join(dir, "spool"), filepath.Join(dir, "records.jsonl")
 	args := []string{"run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-metrics-addr", "", "-no-process-tracking",
 		"-kafka-brokers", brokers, "-kafka-spool-dir", spool}
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	cmd := pqwatchProcess(t, &stderr, append(args, "-format", "jsonl", "-o", out)...)
 	if !waitLog(t, &stderr, "capture starting", 15*time.Second) {
 		t.Fatalf("agent did not start:\n%s", stderr.String())
@@ -441,7 +441,7 @@ func TestRunKilledKeepsKafkaSpool(t *testing.T) {
 	t.Logf("after SIGKILL: %d records in the JSONL stream, %d spool segments", len(want), len(segs))
 
 	c := startBroker()
-	var stderr2 syncBuffer
+	var stderr2 testenv.Buffer
 	cmd2 := pqwatchProcess(t, &stderr2, append(args, "-format", "jsonl", "-o", os.DevNull)...)
 	got := readRecords(t, c.ListenAddrs(), exporter.DefaultKafkaTopic, nil, len(want), 15*time.Second)
 	cmd2.Process.Signal(syscall.SIGTERM)
@@ -472,7 +472,7 @@ func TestRunSecondSignal(t *testing.T) {
 	addr, port := goTLSServer(t)
 	brokers, _ := deadKafka(t)
 	spool := filepath.Join(t.TempDir(), "spool")
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	cmd := pqwatchProcess(t, &stderr, "run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-metrics-addr", "", "-no-process-tracking",
 		"-kafka-brokers", brokers, "-kafka-spool-dir", spool, "-format", "jsonl", "-o", os.DevNull)
 	if !waitLog(t, &stderr, "capture starting", 15*time.Second) {

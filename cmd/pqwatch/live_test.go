@@ -276,7 +276,7 @@ func TestRunKilledKeepsJSONL(t *testing.T) {
 	testenv.NeedRoot(t)
 	addr, port := goTLSServer(t)
 	out := filepath.Join(t.TempDir(), "records.jsonl")
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	cmd := pqwatchProcess(t, &stderr, "run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-format", "jsonl", "-o", out, "-metrics-addr", "", "-no-process-tracking")
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(stderr.String(), "capture starting") && time.Now().Before(deadline) {
@@ -315,7 +315,7 @@ func TestRunMetricsUnderIdleFlood(t *testing.T) {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	maddr := l.Addr().String()
 	l.Close()
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	pqwatchProcessEnv(t, &stderr, []string{"PQWATCH_TEST_NOFILE=1024"}, "run", "-iface", "lo", "-ports", "1", "-metrics-addr", maddr, "-format", "jsonl", "-o", os.DevNull)
 	// A new connection per request, as a probe makes (a kept-alive one
 	// would not need the agent to accept).

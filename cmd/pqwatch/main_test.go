@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -280,20 +279,6 @@ func TestAnalyzeNothingFound(t *testing.T) {
 		t.Errorf("exit %d, stderr %q, report:\n%s", code, stderr, out)
 	}
 }
-
-// syncBuffer is a bytes.Buffer a child process's output goroutine and the
-// test can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestAnalyzeSpanAndPortsTshark: the capture's time span and the packets
 // -ports skipped, against tshark's reading of the same file.

@@ -42,7 +42,7 @@ func TestPlanFromKafkaFeed(t *testing.T) {
 	defer c.Close()
 	brokers := strings.Join(c.ListenAddrs(), ",")
 	out := filepath.Join(t.TempDir(), "records.jsonl")
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	stop := runAgent(t, &stderr, "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-metrics-addr", "", "-no-process-tracking",
 		"-format", "jsonl", "-o", out, "-kafka-brokers", brokers, "-kafka-topic", "pq.records", "-kafka-rollup-topic", "pq.rollups",
 		"-node", "edge-a", "-log-level", "warn")
