@@ -40,6 +40,23 @@ func withFields(line, fields string) string {
 	return "{" + fields + line[1:]
 }
 
+// twoNodeFiles splits lines between node-a (even lines) and node-b (odd),
+// writes them to fa and fb (gzip when the name ends in .gz), and returns
+// the two node's lines.
+func twoNodeFiles(t *testing.T, lines []string, fa, fb string) (a, b []string) {
+	t.Helper()
+	for i, l := range lines {
+		if i%2 == 0 {
+			a = append(a, withFields(l, `"node":"node-a",`))
+		} else {
+			b = append(b, withFields(l, `"node":"node-b",`))
+		}
+	}
+	writeFile(t, fa, a, strings.HasSuffix(fa, ".gz"))
+	writeFile(t, fb, b, strings.HasSuffix(fb, ".gz"))
+	return a, b
+}
+
 func writeFile(t *testing.T, path string, lines []string, gz bool) {
 	t.Helper()
 	var b bytes.Buffer
@@ -90,18 +107,9 @@ func num(t *testing.T, m map[string]any, path ...string) float64 {
 // forecast's included, and the nodes sum to the fleet.
 func TestPlanTwoNodesEqualsAnalyze(t *testing.T) {
 	lines := captureJSONL(t)
-	var a, b []string
-	for i, l := range lines {
-		if i%2 == 0 {
-			a = append(a, withFields(l, `"node":"node-a",`))
-		} else {
-			b = append(b, withFields(l, `"node":"node-b",`))
-		}
-	}
 	dir := t.TempDir()
 	fa, fb := filepath.Join(dir, "node-a.jsonl"), filepath.Join(dir, "node-b.jsonl.gz")
-	writeFile(t, fa, a, false)
-	writeFile(t, fb, b, true)
+	a, b := twoNodeFiles(t, lines, fa, fb)
 
 	code, out, stderr := run(t, "analyze", "-format", "json", filepath.Join("..", "..", "testdata", "handshakes.pcap"))
 	if code != exitOK {
@@ -371,18 +379,9 @@ func TestPlanStdin(t *testing.T) {
 // rule), plan's forecast of the two node files is analyze's.
 func TestPlanForecastPolicies(t *testing.T) {
 	lines := captureJSONL(t)
-	var a, b []string
-	for i, l := range lines {
-		if i%2 == 0 {
-			a = append(a, withFields(l, `"node":"node-a",`))
-		} else {
-			b = append(b, withFields(l, `"node":"node-b",`))
-		}
-	}
 	dir := t.TempDir()
 	fa, fb := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
-	writeFile(t, fa, a, false)
-	writeFile(t, fb, b, false)
+	twoNodeFiles(t, lines, fa, fb)
 	for _, policy := range []string{"X25519MLKEM768,x25519,secp256r1", "x25519,secp256r1", "openssl3.0=x25519,X25519MLKEM768,secp384r1", "secp384r1,X25519MLKEM768"} {
 		code, out, stderr := run(t, "analyze", "-format", "json", "-forecast-groups", policy, filepath.Join("..", "..", "testdata", "handshakes.pcap"))
 		if code != exitOK {
@@ -498,18 +497,9 @@ func comparePlans(t *testing.T, label string, want, got any, path string) int {
 // costs, fleet-wide, per node and per server, under five policies.
 func TestPlanRollupsEqualRecords(t *testing.T) {
 	lines := captureJSONL(t)
-	var a, b []string
-	for i, l := range lines {
-		if i%2 == 0 {
-			a = append(a, withFields(l, `"node":"node-a",`))
-		} else {
-			b = append(b, withFields(l, `"node":"node-b",`))
-		}
-	}
 	dir := t.TempDir()
 	fa, fb := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl")
-	writeFile(t, fa, a, false)
-	writeFile(t, fb, b, false)
+	a, b := twoNodeFiles(t, lines, fa, fb)
 	ra, rb := rollupLines(t, a, 4), rollupLines(t, b, 4)
 	rb = append(rb, rb[0]) // at-least-once: a row twice
 	fra, frb := filepath.Join(dir, "a.rollup.jsonl"), filepath.Join(dir, "b.rollup.jsonl.gz")
