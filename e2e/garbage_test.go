@@ -19,7 +19,6 @@ import (
 
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
-	"github.com/pqwatch/pqwatch/sniffer"
 )
 
 // TestGarbageUDP sends a bounded stream of hostile UDP datagrams over
@@ -136,14 +135,7 @@ func TestGarbageUDP(t *testing.T) {
 	capture.Stop()
 	keep(t, capture.File, "garbage.pcap")
 
-	var recs []*record.Handshake
-	s := sniffer.New(sniffer.Config{OnRecord: func(h *record.Handshake) { recs = append(recs, h) }})
-	fs, err := sniffer.ReadFile(capture.File, s, nil)
-	if err != nil || fs.Err != nil {
-		t.Fatalf("ReadFile: %v %v", err, fs.Err)
-	}
-	s.Flush()
-	st := s.Stats()
+	recs, fs, st := readCapture(t, capture.File)
 	q := st.QUIC
 	t.Logf("sent %d datagrams; captured %d packets (%d UDP); records %d; errors %v; quic %v",
 		sent, fs.Packets, st.UDPPackets, st.Records, st.Errors, nonZero(q))

@@ -95,14 +95,7 @@ func TestHTTP3ChromiumCaddy(t *testing.T) {
 	}
 
 	// pqwatch's view of the capture.
-	var recs []*record.Handshake
-	s := sniffer.New(sniffer.Config{OnRecord: func(h *record.Handshake) { recs = append(recs, h) }})
-	fs, err := sniffer.ReadFile(capture.File, s, nil)
-	if err != nil || fs.Err != nil {
-		t.Fatalf("ReadFile: %v %v", err, fs.Err)
-	}
-	s.Flush()
-	st := s.Stats()
+	recs, fs, st := readCapture(t, capture.File)
 	t.Logf("capture: %d packets (%d UDP, %d TCP), %d records; errors %v; quic %v",
 		fs.Packets, st.UDPPackets, st.TCPPackets, st.Records, st.Errors, nonZero(st.QUIC))
 
@@ -663,6 +656,20 @@ func runChromium(t *testing.T, bin, url string, port int, spkiHash string) (stri
 		return stdout.String(), fmt.Errorf("exit %v (context %v); stdout:\n%s\nstderr:\n%s", err, ctx.Err(), tail(stdout.String(), 2000), tail(stderr.String(), 4000))
 	}
 	return stdout.String(), nil
+}
+
+// readCapture reads a capture with a default sniffer and returns its
+// records (flushed at the end), the file's stats and the sniffer's.
+func readCapture(t *testing.T, file string) ([]*record.Handshake, sniffer.FileStats, sniffer.Stats) {
+	t.Helper()
+	var recs []*record.Handshake
+	s := sniffer.New(sniffer.Config{OnRecord: func(h *record.Handshake) { recs = append(recs, h) }})
+	fs, err := sniffer.ReadFile(file, s, nil)
+	if err != nil || fs.Err != nil {
+		t.Fatalf("ReadFile: %v %v", err, fs.Err)
+	}
+	s.Flush()
+	return recs, fs, s.Stats()
 }
 
 // settle waits until tcpdump has written what it captured. tcpdump reads
