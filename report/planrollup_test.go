@@ -133,6 +133,36 @@ func planMap(t *testing.T, pl *Plan) map[string]any {
 	return m
 }
 
+// planBoth adds recs (in time order) to byRec, and their rollup rows, a
+// minute at a time and read back as JSON, to byRoll; it returns how many
+// rows.
+func planBoth(t *testing.T, recs []*record.Handshake, byRec, byRoll *Plan) (rows int) {
+	t.Helper()
+	ru := NewRollup(recs[0].TS.Truncate(time.Minute), 1024)
+	flush := func(end time.Time) {
+		for _, row := range ru.Flush(end) {
+			b, _ := json.Marshal(row)
+			var back RollupRow
+			if err := json.Unmarshal(b, &back); err != nil {
+				t.Fatal(err)
+			}
+			byRoll.AddRollup(&back)
+			rows++
+		}
+	}
+	next := recs[0].TS.Truncate(time.Minute).Add(time.Minute)
+	for _, r := range recs {
+		if !r.TS.Before(next) {
+			flush(next)
+			next = next.Add(time.Minute)
+		}
+		byRec.Add(r)
+		ru.Write(r)
+	}
+	flush(next)
+	return rows
+}
+
 // TestPlanFromRollupsExact: 5,000 records of varied sizes, rolled up in
 // one-minute windows and read back as JSON, give the plan of the records
 // in every count and byte total (ServerHello growth, new HRR bytes: the
@@ -155,29 +185,7 @@ func TestPlanFromRollupsExact(t *testing.T) {
 		}
 		pc := []PlanCosts{{Table: costs}}
 		byRec, byRoll := NewPlan(p, pc), NewPlan(p, pc)
-		ru := NewRollup(recs[0].TS.Truncate(time.Minute), 1024)
-		rows := 0
-		flush := func(end time.Time) {
-			for _, row := range ru.Flush(end) {
-				b, _ := json.Marshal(row)
-				var back RollupRow
-				if err := json.Unmarshal(b, &back); err != nil {
-					t.Fatal(err)
-				}
-				byRoll.AddRollup(&back)
-				rows++
-			}
-		}
-		next := recs[0].TS.Truncate(time.Minute).Add(time.Minute)
-		for _, r := range recs {
-			if !r.TS.Before(next) {
-				flush(next)
-				next = next.Add(time.Minute)
-			}
-			byRec.Add(r)
-			ru.Write(r)
-		}
-		flush(next)
+		rows := planBoth(t, recs, byRec, byRoll)
 		want, got := planMap(t, byRec), planMap(t, byRoll)
 		n := diffJSON(t, ps, want, got, "")
 		f := got["forecast"].(map[string]any)

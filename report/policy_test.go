@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
@@ -250,27 +249,7 @@ func TestPolicyCheckFromRollups(t *testing.T) {
 		}
 		byRec, byRoll := NewPlan(forecast.DefaultPolicy, nil), NewPlan(forecast.DefaultPolicy, nil)
 		byRec.PolicyCheck, byRoll.PolicyCheck = NewPolicyCheck(es), NewPolicyCheck(es)
-		ru := NewRollup(recs[0].TS.Truncate(time.Minute), 1024)
-		flush := func(end time.Time) {
-			for _, row := range ru.Flush(end) {
-				b, _ := json.Marshal(row)
-				var back RollupRow
-				if err := json.Unmarshal(b, &back); err != nil {
-					t.Fatal(err)
-				}
-				byRoll.AddRollup(&back)
-			}
-		}
-		next := recs[0].TS.Truncate(time.Minute).Add(time.Minute)
-		for _, r := range recs {
-			if !r.TS.Before(next) {
-				flush(next)
-				next = next.Add(time.Minute)
-			}
-			byRec.Add(r)
-			ru.Write(r)
-		}
-		flush(next)
+		planBoth(t, recs, byRec, byRoll)
 		a, b := *byRec.PolicyCheck, *byRoll.PolicyCheck
 		listed := func(pc PolicyCheck) (n int) {
 			for _, v := range pc.First {
