@@ -645,6 +645,13 @@ func TestKafkaTLS(t *testing.T) {
 	cfg := fastConfig(c.ListenAddrs()[0])
 	cfg.Logger = testLogger(t)
 	cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	deliverFive(t, cfg)
+}
+
+// deliverFive writes five records through a sink of cfg, waits (10 s at
+// most) until the broker has them, and closes the sink.
+func deliverFive(t *testing.T, cfg KafkaConfig) {
+	t.Helper()
 	k, err := NewKafka(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -676,19 +683,7 @@ func TestKafkaSASL(t *testing.T) {
 			cfg := fastConfig(c.ListenAddrs()[0])
 			cfg.Logger = testLogger(t)
 			cfg.SASL = &SASLConfig{Mechanism: tc.mech, Username: "pqwatch", Password: "s3cret"}
-			k, err := NewKafka(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 5 {
-				_ = k.Write(seqRecord(i))
-			}
-			waitDelivered(t, k, 5, 10*time.Second)
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := k.Close(ctx); err != nil {
-				t.Error(err)
-			}
+			deliverFive(t, cfg)
 
 			cfg.SASL.Password = "wrong"
 			bad, err := NewKafka(cfg)
