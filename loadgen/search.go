@@ -192,6 +192,12 @@ func compareCeiling(m *MaxRate, res *Results) {
 			"the cost per handshake is not flat (fixed costs, such as waking up, are shared by more handshakes at a higher rate), so a ceiling drawn from lower rates underestimates. "+
 			"At the max rate's own cost the ceiling is %.0f/s (%+.0f%%)",
 			m.Rate, *best.ServerCPUUsPerHandshake, best.ClientCPUUsPerHandshake, s, cl, own, 100*(m.Rate/own-1))
+		if math.Abs(m.Rate/own-1) > 0.25 {
+			m.Note += "; even at that cost they disagree: the search stopped before the cores were saturated (" + firstOr(m.LimitedBy, "?") + ")"
+			if len(m.LimitedBy) > 0 && strings.HasPrefix(m.LimitedBy[0], InvalidSendLag) {
+				m.Note += "; loadgen lagged first, so this is its limit on this machine, not the server's"
+			}
+		}
 	default:
 		m.Note += "; they disagree: trials failed before the cores were saturated (" + firstOr(m.LimitedBy, "?") +
 			"): queueing and scheduling delay grow before every core is busy, and other processes take their share"

@@ -347,6 +347,19 @@ func TestCompareCeiling(t *testing.T) {
 	if m.Agrees || !strings.Contains(m.Note, "not flat") || !strings.Contains(m.Note, "ceiling is 3333/s (-4%)") {
 		t.Fatalf("above: %+v", m)
 	}
+	// Above the ladder's ceiling and well below its own: loadgen lagged.
+	m = MaxRate{Arm: "a", Rate: 1600, LimitedBy: []string{"send_lag: p99 send lag 30 ms"},
+		Steps: []SearchStep{{Rate: 1600, Pass: true, ServerCPUUsPerHandshake: v(250), ClientCPUUsPerHandshake: 350}}}
+	compareCeiling(&m, res)
+	if m.Agrees || !strings.Contains(m.Note, "ceiling is 3333/s (-52%)") || !strings.Contains(m.Note, "even at that cost they disagree") ||
+		!strings.Contains(m.Note, "loadgen lagged first") {
+		t.Fatalf("above, lagged: %+v", m)
+	}
+	m = MaxRate{Arm: "a", Rate: 3200, LimitedBy: []string{"short: x"},
+		Steps: []SearchStep{{Rate: 3200, Pass: true, ServerCPUUsPerHandshake: v(250), ClientCPUUsPerHandshake: 350}}}
+	if compareCeiling(&m, res); strings.Contains(m.Note, "even at that cost") {
+		t.Fatalf("above, agreeing at its own cost: %+v", m)
+	}
 	m = MaxRate{Arm: "b"}
 	if compareCeiling(&m, res); !strings.Contains(m.Note, "no valid ladder trial") {
 		t.Fatalf("no ladder: %+v", m)
