@@ -134,10 +134,14 @@ func CompareH2Load(ctx context.Context, c *Config, res *Results, h2loadPath stri
 	}
 	var lg float64
 	var groups map[string]int
+	valid := false
 	for _, s := range res.Summary {
 		if s.Arm == arm.Name && s.Rate == rate {
-			lg, groups = s.ClientCPUUsPerHandshake.Mean, s.Groups
+			lg, groups, valid = s.ClientCPUUsPerHandshake.Mean, s.Groups, s.ValidTrials > 0
 		}
+	}
+	if !valid {
+		return nil, fmt.Errorf("%w: arm %s has no valid trial at %g/s: no client CPU per handshake to compare h2load's with", ErrH2Load, arm.Name, rate)
 	}
 	n := max(1, int(rate*c.Duration.Seconds()))
 	cpu, ok, argv, group, err := RunH2Load(ctx, h2loadPath, c.Target, c.SNI, c.Path, arm.GroupNames(), rate, n)
