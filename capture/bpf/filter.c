@@ -89,6 +89,12 @@ static __always_inline void count(__u32 i)
 		*v += 1;
 }
 
+/* Legacy packet loads (BPF_LD_ABS/IND): offsets from the start of the
+ * socket's data; half and word come in host order. */
+unsigned long long load_byte(void *skb, unsigned long long off) asm("llvm.bpf.load.byte");
+unsigned long long load_half(void *skb, unsigned long long off) asm("llvm.bpf.load.half");
+unsigned long long load_word(void *skb, unsigned long long off) asm("llvm.bpf.load.word");
+
 static __always_inline int port_in(__u16 p)
 {
 	return (ports[(p >> 6) & 1023] >> (p & 63)) & 1;
@@ -183,18 +189,23 @@ int capture_filter(struct __sk_buff *skb)
 	__u32 l4off, plen; /* plen: IP payload length */
 	int v6 = 0;
 	if (proto == ETH_P_IP) {
-		__u8 ip[20];
-		if (load(skb, 0, ip, sizeof(ip)) < 0 || ip[0] >> 4 != 4)
+		/* Header fields through LD_ABS-style loads: inline reads of the
+		 * skb's linear part (where headers are), as the classic filter's;
+		 * a read past the packet ends the program with 0 (dropped), as
+		 * there. bpf_skb_load_bytes is a helper call per read. */
+		__u32 vihl = load_byte(skb, net_off);
+		if (vihl >> 4 != 4)
 			return 0;
-		l4 = ip[9];
+		l4 = load_byte(skb, net_off + 9);
 		if (l4 != IPPROTO_TCP && l4 != IPPROTO_UDP)
 			return 0;
-		if ((ip[6] & 0x1f) || ip[7])
+		if (load_half(skb, net_off + 6) & 0x1fff)
 			return SNAP_ALL; /* a fragment after the first: no ports */
-		l4off = (ip[0] & 0xf) * 4;
-		plen = ((__u32)ip[2] << 8 | ip[3]) - l4off; /* may wrap: TSO */
-		__builtin_memcpy(k.addr_lo, ip + 12, 4);
-		__builtin_memcpy(k.addr_hi, ip + 16, 4);
+		l4off = (vihl & 0xf) * 4;
+		plen = (__u32)load_half(skb, net_off + 2) - l4off; /* may wrap: TSO */
+		__u32 a = load_word(skb, net_off + 12), b = load_word(skb, net_off + 16);
+		__builtin_memcpy(k.addr_lo, &a, 4);
+		__builtin_memcpy(k.addr_hi, &b, 4);
 	} else if (proto == ETH_P_IPV6) {
 		__u8 ip[40];
 		if (load(skb, 0, ip, sizeof(ip)) < 0 || ip[0] >> 4 != 6)
@@ -210,21 +221,16 @@ int capture_filter(struct __sk_buff *skb)
 	} else {
 		return 0;
 	}
-	__u8 th[20];
-	__u32 thlen = l4 == IPPROTO_TCP ? 20 : 4;
-	if (load(skb, l4off, th, 4) < 0)
-		return 0;
-	__u16 sport = (__u16)th[0] << 8 | th[1], dport = (__u16)th[2] << 8 | th[3];
+	__u32 t = net_off + l4off; /* the TCP/UDP header in the socket's data */
+	__u16 sport = load_half(skb, t), dport = load_half(skb, t + 2);
 	if (!any_port && !port_in(sport) && !port_in(dport))
 		return 0;
 	if (l4 != IPPROTO_TCP)
 		return SNAP_ALL;
-	if (load(skb, l4off, th, thlen) < 0)
-		return SNAP_ALL; /* the classic filter reads no further either */
-	__u8 flags = th[13];
+	__u8 flags = load_byte(skb, t + 13);
 
 	/* Noise, as the classic filter: pure ACKs, application data. */
-	__u32 doff = (th[12] >> 4) * 4;
+	__u32 doff = (load_byte(skb, t + 12) >> 4) * 4;
 	__u32 len = plen - doff; /* TCP payload length; wraps with TSO */
 	int noise = 0;
 	if (!(flags & 0x07) && plen >= doff) { /* SYN, FIN and RST are kept */
@@ -296,7 +302,7 @@ int capture_filter(struct __sk_buff *skb)
 		return SNAP_ALL;
 	}
 	if (fv && fv->state == ST_AWAIT && fv->server_lo != src_lo) {
-		__u32 seq = (__u32)th[4] << 24 | (__u32)th[5] << 16 | (__u32)th[6] << 8 | th[7];
+		__u32 seq = load_word(skb, t + 4);
 		if ((__s32)(seq - fv->ack) >= 0) {
 			nv.state = ST_DECIDED;
 			bpf_map_update_elem(&flows, &k, &nv, BPF_ANY);
@@ -313,7 +319,7 @@ int capture_filter(struct __sk_buff *skb)
 		} else if (sh == SH_TLS12 && (flags & 0x10)) {
 			nv.state = ST_AWAIT;
 			nv.server_lo = src_lo;
-			nv.ack = (__u32)th[8] << 24 | (__u32)th[9] << 16 | (__u32)th[10] << 8 | th[11];
+			nv.ack = load_word(skb, t + 8);
 			bpf_map_update_elem(&flows, &k, &nv, BPF_ANY);
 			count(C_AWAIT);
 		}
