@@ -3,9 +3,13 @@
 // interface per worker, joined in a PACKET_FANOUT group (hash with defrag)
 // so that both directions of a flow always reach the same worker.
 //
-// The -ports filter is classic BPF assembled in Go (golang.org/x/net/bpf,
-// no libpcap) and runs in the kernel: packets on other ports never reach a
-// ring and are not counted. See Filter.
+// The -ports filter runs in the kernel: packets on other ports never reach a
+// ring and are not counted. With Config.SkipNoise it is, where the kernel
+// allows, the eBPF socket filter of bpf/filter.c (compiled with bpf2go; the
+// object and bindings are committed), which also keeps a flow's packets out
+// of the rings once its handshake is decided; otherwise classic BPF
+// assembled in Go (golang.org/x/net/bpf, no libpcap). See Filter,
+// Config.Filter and Capture.Filter.
 //
 // Interfaces come from netlink in the network namespace New was called in.
 // With Config.Ifaces nil every interface that is up is captured, and Run
