@@ -40,6 +40,7 @@ type runFlags struct {
 	lineBuf     bool
 	symlinkDirs string
 	budget      byteSize
+	noAccept    bool
 }
 
 func (rf *runFlags) register(fs *flag.FlagSet) {
@@ -53,6 +54,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
+	fs.BoolVar(&rf.noAccept, "no-accept-events", false, "attribute from /proc (sockets, listeners, the access log's $pid) without the kernel's accept events (eBPF), even where they are allowed")
 	fs.StringVar(&rf.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&rf.pprofAddr, "pprof-addr", "", "serve Go profiling under /debug/pprof/ on this loopback `address` (e.g. 127.0.0.1:6060; a listener of its own; empty: off)")
 	fs.StringVar(&rf.webConfig, "web.config.file", "", "`file` with TLS and basic-auth settings of the metrics endpoint (Prometheus exporter-toolkit format, as node_exporter)")
@@ -76,7 +78,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, BlockTimeout: rf.blockTO, StateDir: rf.stateDir,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
-		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, BufferBudget: int64(rf.budget), PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
+		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, BufferBudget: int64(rf.budget), NoAcceptEvents: rf.noAccept, PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
 	}
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
