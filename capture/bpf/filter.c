@@ -269,10 +269,10 @@ int capture_filter(struct __sk_buff *skb)
 		k.port_lo = sport;
 		k.port_hi = dport;
 	} else {
-		__u8 t[16];
-		__builtin_memcpy(t, k.addr_lo, 16);
+		__u8 tmp[16];
+		__builtin_memcpy(tmp, k.addr_lo, 16);
 		__builtin_memcpy(k.addr_lo, k.addr_hi, 16);
-		__builtin_memcpy(k.addr_hi, t, 16);
+		__builtin_memcpy(k.addr_hi, tmp, 16);
 		k.port_lo = dport;
 		k.port_hi = sport;
 	}
