@@ -1,9 +1,10 @@
+//go:build linux && (386 || amd64 || arm || arm64 || loong64 || mips64le || mipsle || ppc64le || riscv64)
+
 package capture
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"sync"
 
@@ -11,26 +12,6 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
-
-// Kernel filter kinds (Config.Filter, Capture.Filter).
-const (
-	FilterAuto    = ""        // eBPF when SkipNoise and the kernel allows it, else classic
-	FilterEBPF    = "ebpf"    // the eBPF socket filter, or New fails
-	FilterClassic = "classic" // the classic BPF filter of FilterWith
-)
-
-// FilterEnv, when Config.Filter is empty, names the filter kind
-// ("classic" or "ebpf"): a way to compare the two on one binary.
-const FilterEnv = "PQWATCH_CAPTURE_FILTER"
-
-// The eBPF filter's counters (bpf/filter.c), summed over CPUs.
-type EBPFStats struct {
-	DecidedTLS13 uint64 // flows decided at a whole TLS 1.3 ServerHello
-	DecidedTLS12 uint64 // TLS 1.0-1.2 flows decided at the client's data after the server's flight
-	DecidedAlert uint64 // flows decided at a plaintext alert
-	Await        uint64 // TLS 1.0-1.2 ServerHellos seen (waiting for the client)
-	Dropped      uint64 // packets of decided flows kept out of the rings
-}
 
 // ebpfFilter is the loaded socket filter: one program per loopback mode
 // and link type (the ports, the mode and where the network header starts
@@ -136,22 +117,6 @@ func (f *ebpfFilter) stats() EBPFStats {
 	return s
 }
 
-// programIDs are the kernel ids of the loaded programs (for their run time
-// in /proc or bpftool when kernel.bpf_stats_enabled is set).
-func (f *ebpfFilter) programIDs() []ebpf.ProgramID {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var ids []ebpf.ProgramID
-	for _, p := range f.progs {
-		if info, err := p.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
-}
-
 func (f *ebpfFilter) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -163,17 +128,4 @@ func (f *ebpfFilter) close() {
 		f.flows.Close()
 		f.cnt.Close()
 	}
-}
-
-// filterKind resolves Config.Filter (and FilterEnv) into the kind to try.
-func filterKind(cfg Config) (string, error) {
-	k := cfg.Filter
-	if k == FilterAuto {
-		k = os.Getenv(FilterEnv)
-	}
-	switch k {
-	case FilterAuto, FilterEBPF, FilterClassic:
-		return k, nil
-	}
-	return "", fmt.Errorf("capture: filter %q: want %q or %q", k, FilterEBPF, FilterClassic)
 }
