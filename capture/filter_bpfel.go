@@ -28,6 +28,8 @@ type filterFlowVal struct {
 	ServerLo uint8
 	Pad      uint16
 	Ack      uint32
+	Cseq     uint32
+	Sseq     uint32
 }
 
 // Names of all BPF objects in the ELF.

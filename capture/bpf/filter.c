@@ -16,10 +16,20 @@
  *    resumed session), which therefore went past this tap before it;
  *  - a plaintext alert record at the start of a segment, from either side.
  *
+ * Only a connection whose SYN and SYN-ACK this filter saw is ever decided,
+ * and only by a segment inside its sequence window: the ServerHello from
+ * the server within 64 KiB of its first data byte, an alert within 64 KiB
+ * of its side's, the TLS 1.2 client's data within 64 KiB past the
+ * ServerHello's acknowledgement. So a segment forged by someone who does
+ * not see the connection (who must guess a sequence number within 2^16 of
+ * 2^32) cannot hide the rest of it from the capture; the sniffer, which
+ * reassembles by sequence number, ignores such a segment too.
+ *
  * The deciding packet is kept; every later packet of the flow is dropped,
  * FIN and RST included, until a SYN starts a new connection on the same
  * addresses. Anything else (a ServerHello split over segments, an unknown
- * layout) decides nothing: those flows pass as with the classic filter.
+ * layout, a connection whose handshake was not seen) decides nothing:
+ * those flows pass as with the classic filter.
  * Flows are keyed by interface and canonical endpoints in a small LRU map;
  * an evicted entry only lets the flow's packets through again. */
 #include "filter.h"
@@ -50,13 +60,27 @@ struct flow_key {
 
 #define ST_AWAIT 1   /* TLS <= 1.2 ServerHello seen: wait for the client */
 #define ST_DECIDED 2 /* drop the flow's packets */
+#define ST_SYN 3     /* the client's SYN seen: wait for the SYN-ACK */
+#define ST_OPEN 4    /* SYN and SYN-ACK seen: both initial sequence numbers known */
+
+/* WINDOW: how far past its side's first data byte a deciding segment may
+ * start (a TLS handshake's first flight is far shorter). */
+#define WINDOW 0x10000
 
 struct flow_val {
 	__u8 state;
 	__u8 server_lo; /* the server is the key's lo endpoint */
 	__u16 pad;
-	__u32 ack; /* ST_AWAIT: the ServerHello segment's acknowledgement */
+	__u32 ack;  /* ST_AWAIT: the ServerHello segment's acknowledgement */
+	__u32 cseq; /* the client's first data byte (its ISN + 1) */
+	__u32 sseq; /* the server's first data byte (ST_OPEN and after) */
 };
+
+/* in_window reports seq in [first, first + WINDOW). */
+static __always_inline int in_window(__u32 seq, __u32 first)
+{
+	return seq - first < WINDOW;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -277,8 +301,20 @@ int capture_filter(struct __sk_buff *skb)
 		k.port_hi = sport;
 	}
 
+	__u32 seq = load_word(skb, t + 4), ackn = load_word(skb, t + 8);
 	if (flags & 0x02) { /* SYN: a new connection on these endpoints */
-		bpf_map_delete_elem(&flows, &k);
+		if (!(flags & 0x10)) {
+			struct flow_val sv = {.state = ST_SYN, .server_lo = !src_lo, .cseq = seq + 1};
+			bpf_map_update_elem(&flows, &k, &sv, BPF_ANY);
+		} else {
+			struct flow_val *fv = bpf_map_lookup_elem(&flows, &k);
+			if (fv && fv->state == ST_SYN && fv->server_lo == src_lo && ackn == fv->cseq) {
+				struct flow_val ov = *fv;
+				ov.state = ST_OPEN;
+				ov.sseq = seq + 1;
+				bpf_map_update_elem(&flows, &k, &ov, BPF_ANY);
+			}
+		}
 		return SNAP_ALL;
 	}
 
@@ -287,6 +323,9 @@ int capture_filter(struct __sk_buff *skb)
 		count(C_DROPPED);
 		return 0;
 	}
+	if (!fv || fv->state == ST_SYN)
+		return SNAP_ALL; /* the handshake was not seen: nothing is decided */
+	int from_server = fv->server_lo == src_lo;
 	if (plen < doff || len < 6 || len >= 0x10000)
 		return SNAP_ALL;
 
@@ -294,32 +333,31 @@ int capture_filter(struct __sk_buff *skb)
 	__u8 b[6];
 	if (load(skb, poff, b, 6) < 0)
 		return SNAP_ALL;
-	struct flow_val nv = {};
-	if (b[0] == 0x15 && b[1] == 3 && b[2] <= 4 && b[3] == 0 && b[4] == 2) {
+	struct flow_val nv = *fv;
+	if (b[0] == 0x15 && b[1] == 3 && b[2] <= 4 && b[3] == 0 && b[4] == 2 &&
+	    in_window(seq, from_server ? fv->sseq : fv->cseq)) {
 		nv.state = ST_DECIDED;
 		bpf_map_update_elem(&flows, &k, &nv, BPF_ANY);
 		count(C_DECIDED_ALERT);
 		return SNAP_ALL;
 	}
-	if (fv && fv->state == ST_AWAIT && fv->server_lo != src_lo) {
-		__u32 seq = load_word(skb, t + 4);
-		if ((__s32)(seq - fv->ack) >= 0) {
+	if (fv->state == ST_AWAIT) {
+		if (!from_server && in_window(seq, fv->ack)) {
 			nv.state = ST_DECIDED;
 			bpf_map_update_elem(&flows, &k, &nv, BPF_ANY);
 			count(C_DECIDED_TLS12);
 		}
 		return SNAP_ALL;
 	}
-	if (b[0] == 0x16 && b[1] == 3 && b[5] == 2 && !fv) {
+	if (b[0] == 0x16 && b[1] == 3 && b[5] == 2 && from_server && in_window(seq, fv->sseq)) {
 		int sh = server_hello(skb, poff, len);
 		if (sh == SH_TLS13) {
 			nv.state = ST_DECIDED;
 			bpf_map_update_elem(&flows, &k, &nv, BPF_ANY);
 			count(C_DECIDED_TLS13);
-		} else if (sh == SH_TLS12 && (flags & 0x10)) {
+		} else if (sh == SH_TLS12 && (flags & 0x10) && in_window(ackn, fv->cseq)) {
 			nv.state = ST_AWAIT;
-			nv.server_lo = src_lo;
-			nv.ack = load_word(skb, t + 8);
+			nv.ack = ackn;
 			bpf_map_update_elem(&flows, &k, &nv, BPF_ANY);
 			count(C_AWAIT);
 		}
