@@ -60,11 +60,12 @@ type Config struct {
 	// never needs (pure ACKs, segments starting with a TLS application-data
 	// record): see FilterWith.
 	SkipNoise bool
-	// Filter picks the kernel filter: FilterAuto (empty; FilterEnv may
-	// name one) tries the eBPF socket filter of bpf/filter.c when SkipNoise
-	// is set and falls back to the classic one (saying why in the log) when
-	// the kernel or the process's capabilities do not allow it; FilterEBPF
-	// fails instead; FilterClassic never tries. The eBPF filter also keeps
+	// Filter picks the kernel filter: FilterAuto (empty) is the classic
+	// one unless FilterEnv says "ebpf", which tries the eBPF socket filter
+	// of bpf/filter.c when SkipNoise is set and falls back to the classic
+	// one (saying why in the log) when the kernel or the process's
+	// capabilities do not allow it; FilterEBPF fails instead; FilterClassic
+	// never tries. The eBPF filter also keeps
 	// a flow's packets out of the rings once its handshake is decided (see
 	// bpf/filter.c): fewer packets, the same records.
 	Filter string
@@ -173,7 +174,8 @@ func New(cfg Config) (*Capture, error) {
 	if err != nil {
 		return nil, err
 	}
-	if kind == FilterEBPF && !cfg.SkipNoise {
+	strict := cfg.Filter == FilterEBPF // FilterEnv=ebpf falls back instead
+	if strict && !cfg.SkipNoise {
 		return nil, errors.New("capture: the eBPF filter needs SkipNoise")
 	}
 	if cfg.Workers > 1<<12 {
@@ -196,10 +198,12 @@ func New(cfg Config) (*Capture, error) {
 		c.noEBPF = "every packet is wanted"
 	case kind == FilterClassic:
 		c.noEBPF = "asked for the classic filter"
+	case kind == FilterAuto:
+		c.noEBPF = "the default (cheaper than the eBPF filter, which " + FilterEnv + "=ebpf turns on)"
 	default:
 		f, err := loadEBPF(cfg.Ports)
 		if err != nil {
-			if kind == FilterEBPF {
+			if strict {
 				return nil, fmt.Errorf("capture: eBPF socket filter: %w", err)
 			}
 			c.noEBPF = err.Error()

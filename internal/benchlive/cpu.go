@@ -466,11 +466,11 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 	})
 	// What remains, per handshake: wakeups at what pqwatch's own wakeups
 	// cost when idle (nothing to read: timers, the runtime), packets at
-	// what one packet fewer saved against the classic-filter arm (same
-	// rate, same records), and the rest per record.
-	const classicEnv = "PQWATCH_CAPTURE_FILTER=classic"
+	// what one packet fewer saved in the eBPF-filter arm against the
+	// classic one (same rate, same records), and the rest per record.
+	const ebpfEnv = "PQWATCH_CAPTURE_FILTER=ebpf"
 	withoutClassic := func(extra []string) []string {
-		return slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == classicEnv })
+		return slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == ebpfEnv })
 	}
 	perPacket := func(r *cpuResult) (float64, bool) {
 		// r and the arm with the same flags and the other filter.
@@ -482,10 +482,10 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 			if x.noAgent || !slices.Equal(withoutClassic(x.extra), withoutClassic(r.extra)) {
 				continue
 			}
-			if slices.Contains(x.extra, classicEnv) {
-				c = x
-			} else {
+			if slices.Contains(x.extra, ebpfEnv) {
 				e = x
+			} else {
+				c = x
 			}
 		}
 		if e == nil || c == nil {

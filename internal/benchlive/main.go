@@ -8,9 +8,10 @@
 //     its BPF programs (the capture's socket filter and the accept
 //     tracepoints run in other processes' contexts), from
 //     kernel.bpf_stats_enabled, which benchlive turns on for the run. Arms
-//     (-arms): the defaults (eBPF filter, process tracking with the eBPF
-//     accept attribution), no process tracking (so no accept program), the
-//     same with the classic capture filter, and no agent at all: the whole host's busy CPU
+//     (-arms): the defaults (classic capture filter, process tracking with
+//     the eBPF accept attribution), -no-accept-events, no process tracking
+//     (so no accept program), the same with the eBPF capture filter, and
+//     no agent at all: the whole host's busy CPU
 //     per request (/proc/stat) beside each arm's is the cross-check. Each
 //     arm runs three times, interleaved; the median is shown with the range,
 //     then what remains per handshake: packets read, wakeups, the rest.
@@ -87,7 +88,7 @@ func main() {
 	flag.IntVar(&o.loop, "loop", 1, "replay the capture this many times per step (the same connections again: pqwatch should count each time)")
 	flag.BoolVar(&o.verbose, "v", false, "show the subprocesses' output")
 	flag.IntVar(&o.trials, "trials", 3, "runs of each CPU arm, interleaved; the median is shown")
-	flag.StringVar(&o.arms, "arms", "|-no-process-tracking|-no-process-tracking PQWATCH_CAPTURE_FILTER=classic|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1); none: no pqwatch (the whole-host reference)")
+	flag.StringVar(&o.arms, "arms", "|-no-accept-events|-no-process-tracking|-no-process-tracking PQWATCH_CAPTURE_FILTER=ebpf|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1); none: no pqwatch (the whole-host reference)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		if r = strings.TrimSpace(r); r == "max" {
