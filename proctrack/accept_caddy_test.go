@@ -1,18 +1,13 @@
 package proctrack
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,26 +15,6 @@ import (
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
 )
-
-const caddyAcceptConf = `{
-  "admin": {"disabled": true},
-  "storage": {"module": "file_system", "root": "{{dir}}/data"},
-  "logging": {"logs": {"default": {"level": "ERROR", "writer": {"output": "file", "filename": "{{dir}}/caddy.log"}}}},
-  "apps": {
-    "http": {"servers": {"s": {
-      "listen": ["127.0.0.1:{{port}}"],
-      "protocols": ["h1"],
-      "automatic_https": {"disable_redirects": true},
-      "tls_connection_policies": [{}],
-      "routes": [{"handle": [{"handler": "static_response", "status_code": 200, "body": "ok\n"}]}]
-    }}},
-    "tls": {
-      "certificates": {"automate": ["localhost"]},
-      "automation": {"policies": [{"subjects": ["localhost"], "issuers": [{"module": "internal"}]}]}
-    },
-    "pki": {"certificate_authorities": {"local": {"install_trust": false}}}
-  }
-}`
 
 // TestCaddyRestartAcceptAttribution: Caddy stopped and a new Caddy process
 // started on the same port under load; each record, handed to the
@@ -50,49 +25,17 @@ func TestCaddyRestartAcceptAttribution(t *testing.T) {
 		t.Skip("live Caddy test skipped in -short mode")
 	}
 	openAccepts(t, 0).Close() // skips without root or BTF
-	bin, err := testenv.LookBin("caddy")
-	if err != nil {
+	if _, err := testenv.LookBin("caddy"); err != nil {
 		t.Skip(err)
 	}
-	dir := t.TempDir()
 	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := filepath.Join(dir, "caddy.json")
-	if err := os.WriteFile(conf, []byte(strings.NewReplacer("{{dir}}", dir, "{{port}}", strconv.Itoa(port)).Replace(caddyAcceptConf)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "run", "--config", conf)
-		cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-			if c, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true, ServerName: "localhost"}); err == nil {
-				c.Close()
-				return cmd
-			}
-		}
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("caddy did not serve TLS on %s:\n%s", addr, out.String())
-		return nil
-	}
-	stop := func(cmd *exec.Cmd) {
-		cmd.Process.Signal(os.Interrupt)
-		cmd.Wait()
-	}
+	start := func() *testenv.Caddy { return testenv.StartCaddy(t, testenv.CaddyConf, port) }
 	a := start()
-	defer func() {
-		if a.ProcessState == nil {
-			stop(a)
-		}
-	}()
+	defer a.Stop()
 	tr, err := New(Config{ScanInterval: 100 * time.Millisecond, ServerPorts: []uint16{uint16(port)},
 		NginxComms: []string{noNginx}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -102,7 +45,7 @@ func TestCaddyRestartAcceptAttribution(t *testing.T) {
 	scanDone := make(chan struct{})
 	go func() { defer close(scanDone); _ = tr.Run(ctx) }()
 	defer func() { cancel(); <-scanDone; tr.Close() }()
-	waitFor(t, 5*time.Second, "caddy as a server", func() bool { _, ok := tr.GenerationOf(a.Process.Pid); return ok })
+	waitFor(t, 5*time.Second, "caddy as a server", func() bool { _, ok := tr.GenerationOf(a.PID()); return ok })
 	var mu sync.Mutex
 	at := NewAttribution(tr, func(*record.Handshake) {})
 	go at.Run()
@@ -112,7 +55,7 @@ func TestCaddyRestartAcceptAttribution(t *testing.T) {
 		pid int // the Caddy running when the connection was made
 	}
 	var all []sent
-	running := a.Process.Pid
+	running := a.PID()
 	loadStop, loadDone := make(chan struct{}), make(chan struct{})
 	failed := 0
 	go func() {
@@ -158,16 +101,16 @@ func TestCaddyRestartAcceptAttribution(t *testing.T) {
 	mu.Lock()
 	running = 0
 	mu.Unlock()
-	stop(a)
+	a.Stop()
 	b := start()
-	defer stop(b)
+	defer b.Stop()
 	mu.Lock()
-	running = b.Process.Pid
+	running = b.PID()
 	mu.Unlock()
 	time.Sleep(time.Second)
 	close(loadStop)
 	<-loadDone
-	waitFor(t, 5*time.Second, "the new caddy as a server", func() bool { _, ok := tr.GenerationOf(b.Process.Pid); return ok })
+	waitFor(t, 5*time.Second, "the new caddy as a server", func() bool { _, ok := tr.GenerationOf(b.PID()); return ok })
 	time.Sleep(acceptGrace + 3*tr.cfg.ScanInterval) // the records waiting for it are asked again
 	at.Flush()
 	per := map[int]int{}
@@ -180,8 +123,8 @@ func TestCaddyRestartAcceptAttribution(t *testing.T) {
 		per[s.pid]++
 	}
 	st := tr.Stats()
-	t.Logf("caddy %d then %d: %d records attributed per process %v, %d requests failed in the restart; stats %+v", a.Process.Pid, b.Process.Pid, len(all), per, failed, st)
-	if per[a.Process.Pid] == 0 || per[b.Process.Pid] == 0 {
+	t.Logf("caddy %d then %d: %d records attributed per process %v, %d requests failed in the restart; stats %+v", a.PID(), b.PID(), len(all), per, failed, st)
+	if per[a.PID()] == 0 || per[b.PID()] == 0 {
 		t.Errorf("want records on both processes: %v", per)
 	}
 }

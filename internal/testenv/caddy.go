@@ -85,6 +85,9 @@ func StartCaddyE(ctx context.Context, dir, conf string, port int) (*Caddy, error
 	return nil, fmt.Errorf("caddy did not serve TLS on %s:\n%s%s", c.Addr, c.out.String(), readFile(filepath.Join(dir, "caddy.log")))
 }
 
+// PID is the Caddy process's id.
+func (c *Caddy) PID() int { return c.cmd.Process.Pid }
+
 // Stop interrupts Caddy and waits for it to exit; later calls do nothing.
 func (c *Caddy) Stop() {
 	c.once.Do(func() {
