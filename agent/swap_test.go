@@ -74,18 +74,7 @@ func newSwapLab(t *testing.T, ns string) *swapLab {
 			t.Fatal(err)
 		}
 	}
-	orig, err := os.ReadFile(testenv.NeedBin(t, "nginx"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Build B: the same program with one byte appended (ELF ignores
-	// trailing bytes): another SHA-256, another generation id.
-	if err := os.WriteFile(l.bin, orig, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(l.binB, append(slices.Clip(orig), '\n'), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	l.bin, l.binB = testenv.NginxBuilds(t, testenv.NeedBin(t, "nginx"), dir)
 	cert, key, _ := testenv.Cert(t, dir)
 	conf := fmt.Sprintf(`daemon on;
 worker_processes 2;

@@ -30,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -75,18 +76,7 @@ func newNginxLab(t *testing.T) *nginxLab {
 			t.Fatal(err)
 		}
 	}
-	orig, err := os.ReadFile(debianNginx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(l.bin, orig, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Build B: the same program with one byte appended (ELF ignores trailing
-	// bytes), so its SHA-256 differs.
-	if err := os.WriteFile(l.binB, append(slices.Clip(orig), '\n'), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	l.bin, l.binB = testenv.NginxBuilds(t, debianNginx, dir)
 	l.pool = writeCert(t, filepath.Join(dir, "conf"))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -184,3 +184,24 @@ func (n *Nginx) Stop() error {
 }
 
 func readFile(p string) string { b, _ := os.ReadFile(p); return string(b) }
+
+// NginxBuildsE copies the nginx binary at src to two builds under dir,
+// dir/sbin/nginx (A) and dir/build-b/nginx (B): B is the same program with
+// one byte appended (ELF ignores trailing bytes), so its SHA-256, and with
+// it pqwatch's generation id, differ. For live binary-swap tests.
+func NginxBuildsE(src, dir string) (a, b string, err error) {
+	orig, err := os.ReadFile(src)
+	if err != nil {
+		return "", "", err
+	}
+	a, b = filepath.Join(dir, "sbin", "nginx"), filepath.Join(dir, "build-b", "nginx")
+	for _, p := range []string{a, b} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", "", err
+		}
+	}
+	if err := os.WriteFile(a, orig, 0o755); err != nil {
+		return "", "", err
+	}
+	return a, b, os.WriteFile(b, append(orig[:len(orig):len(orig)], '\n'), 0o755)
+}

@@ -19,6 +19,7 @@
 //	StartCapture(t, ...)       StartCaptureE(ns, iface, filter, file) (*Capture, error); (*Capture).Stop
 //	Tshark(t, file, ...)       TsharkE(file, ...) ([]TsharkHello, error)
 //	GoServer(t, ns, addr, ...) GoServerE(ns, addr, ...) (net.Listener, error)
+//	NginxBuilds(t, src, dir)   NginxBuildsE(src, dir) (a, b string, error)
 //
 // A missing prerequisite is an error that matches ErrMissing (errors.Is).
 // InNS, Listen, Dial, Cmd, FreePort and Output take no testing.TB.
@@ -151,4 +152,14 @@ func GoServer(t testing.TB, ns, addr string, curves []tls.CurveID) net.Addr {
 	}
 	t.Cleanup(func() { ln.Close() })
 	return ln.Addr()
+}
+
+// NginxBuilds is NginxBuildsE for a test: two builds of the nginx at src.
+func NginxBuilds(t testing.TB, src, dir string) (a, b string) {
+	t.Helper()
+	a, b, err := NginxBuildsE(src, dir)
+	if err != nil {
+		check(t, err)
+	}
+	return a, b
 }
