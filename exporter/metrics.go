@@ -144,7 +144,6 @@ type metricsConfig struct {
 	version      string
 	revision     string
 	ports        []uint16 // WithPorts
-	portsFixed   bool
 }
 
 // WithParseErrorReasons replaces DefaultParseErrorReasons.
@@ -275,7 +274,7 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	buildInfoGauge.WithLabelValues(cfg.version, cfg.revision, runtime.Version()).Set(1)
 
 	m.initSeries()
-	m.ports = newPortMetric(cfg.ports, cfg.portsFixed)
+	m.ports = newPortMetric(cfg.ports)
 
 	reg.MustRegister(m.ports.vec, m.handshakes, clientHelloVec, m.serverHelloVec, m.segments, m.rtt,
 		m.pqOffered, forecastVec, m.parseErrors, m.logLines, m.joins, kafkaVec, buildInfoGauge)

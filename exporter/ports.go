@@ -26,7 +26,6 @@ const MaxPortLabels = 100
 func WithPorts(ports []uint16) MetricsOption {
 	return func(c *metricsConfig) {
 		c.ports = slices.Clone(ports)
-		c.portsFixed = len(ports) > 0
 	}
 }
 
@@ -49,7 +48,9 @@ type portMetric struct {
 	mu    sync.Mutex
 }
 
-func newPortMetric(ports []uint16, fixed bool) *portMetric {
+// newPortMetric: with ports named, the table is fixed to them.
+func newPortMetric(ports []uint16) *portMetric {
+	fixed := len(ports) > 0
 	if len(portCounters{}.c) != 2*nOutcome {
 		panic("exporter: portCounters.c must hold 2 * len(outcomeValues) counters")
 	}
