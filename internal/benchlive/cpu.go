@@ -469,7 +469,7 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 	// what one packet fewer saved in the eBPF-filter arm against the
 	// classic one (same rate, same records), and the rest per record.
 	const ebpfEnv = "PQWATCH_CAPTURE_FILTER=ebpf"
-	withoutClassic := func(extra []string) []string {
+	withoutFilterEnv := func(extra []string) []string {
 		return slices.DeleteFunc(slices.Clone(extra), func(s string) bool { return s == ebpfEnv })
 	}
 	perPacket := func(r *cpuResult) (float64, bool) {
@@ -479,7 +479,7 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 		}
 		var e, c *cpuResult
 		for _, x := range rs {
-			if x.noAgent || !slices.Equal(withoutClassic(x.extra), withoutClassic(r.extra)) {
+			if x.noAgent || !slices.Equal(withoutFilterEnv(x.extra), withoutFilterEnv(r.extra)) {
 				continue
 			}
 			if slices.Contains(x.extra, ebpfEnv) {
