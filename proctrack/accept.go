@@ -67,21 +67,16 @@ type Accepts struct {
 // and Close.
 type acceptKernel interface {
 	counters() (drops, readFailures uint64)
-	sync(d time.Duration)
+	sync() bool
 	close() error
 }
 
-// maxAcceptSync bounds how long a sync waits for the reader.
-const maxAcceptSync = 20 * time.Millisecond
-
-// sync makes the ring buffer's reader index what the kernel has sent so
-// far (it is woken at most every 10 ms), waiting for it at most
-// maxAcceptSync: a record whose accept was not found asks before it waits
-// longer.
-func (a *Accepts) sync() {
-	if a.kernel != nil {
-		a.kernel.sync(maxAcceptSync)
-	}
+// sync indexes what the kernel has sent so far, on the caller's goroutine
+// (the ring is drained by a watcher only every second or in a burst): a
+// record whose accept was not found asks before it waits longer.
+// It says whether the ring held events not indexed yet.
+func (a *Accepts) sync() bool {
+	return a.kernel != nil && a.kernel.sync()
 }
 
 // Lookup returns the accept of the TCP connection client -> server (the

@@ -92,12 +92,14 @@ func (x *attribIndex) acceptStats() AcceptStats {
 	return AcceptStats{}
 }
 
-// syncAccepts has the ring buffer's reader index what the kernel sent so
-// far (a no-op without accept events).
-func (x *attribIndex) syncAccepts() {
+// syncAccepts indexes what the kernel sent so far, and says whether the
+// ring buffer held events not indexed yet (false without accept events): a
+// lookup that missed before a sync that found nothing misses for good.
+func (x *attribIndex) syncAccepts() bool {
 	if a := x.acc.a.Load(); a != nil {
-		a.sync()
+		return a.sync()
 	}
+	return false
 }
 
 // acceptResult is what the accept index says of one record.

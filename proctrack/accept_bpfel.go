@@ -34,7 +34,6 @@ const (
 	acceptMapEvents       = "events"
 	acceptProgExitAccept  = "exit_accept"
 	acceptProgExitAccept4 = "exit_accept4"
-	acceptVarLastWakeupNs = "last_wakeup_ns"
 	acceptVarUnusedEvent  = "unused_event"
 )
 
@@ -96,8 +95,7 @@ type acceptMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type acceptVariableSpecs struct {
-	LastWakeupNs *ebpf.VariableSpec `ebpf:"last_wakeup_ns"`
-	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
 // acceptObjects contains all objects after they have been loaded into the kernel.
@@ -135,8 +133,7 @@ func (m *acceptMaps) Close() error {
 //
 // It can be passed to loadAcceptObjects or ebpf.CollectionSpec.LoadAndAssign.
 type acceptVariables struct {
-	LastWakeupNs *ebpf.Variable `ebpf:"last_wakeup_ns"`
-	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 }
 
 // acceptPrograms contains all programs after they have been loaded into the kernel.

@@ -16,11 +16,13 @@ import (
 // attributes the queue; Flush closes the queue and waits for Run to hand on
 // everything.
 //
-// Run is not woken for each record: in a quiet period records wait for the
-// next process scan anyway, and waking another goroutine (another thread)
-// per record cost more than parsing it. It is nudged only for records that
-// need a prompt exact lookup (swap windows), when the queue is half full,
-// and when it sleeps with nothing pending.
+// A record whose accept event is indexed is attributed in Process, on the
+// caller's goroutine: no queue, no wakeup. Run is not woken for each of the
+// others either: in a quiet period records wait for the next process scan
+// anyway, and waking another goroutine (another thread) per record cost
+// more than parsing it. It is nudged only for records that need a prompt
+// exact lookup (swap windows), when the queue is half full, and when it
+// sleeps with nothing pending.
 type Attribution struct {
 	t    *Tracker     // the generations (their handshake counts)
 	x    *attribIndex // the answers
@@ -47,6 +49,9 @@ func NewAttribution(t *Tracker, next func(*record.Handshake)) *Attribution {
 type attribItem struct {
 	r    *record.Handshake
 	done time.Time
+	// gen, when set, is the answer Process found but could not count
+	// (the tracker was busy scanning): Run counts it and hands it on.
+	gen *record.Generation
 	// due is when the scan it waits for must follow: done, or for a
 	// record waiting for its accept event, done + acceptGrace.
 	due time.Time
@@ -66,13 +71,45 @@ const acceptMargin = 50 * time.Millisecond
 // confirms a quiet period; past it the record is looked up exactly.
 const maxAttribWait = 3 * time.Second
 
-// Process queues r for attribution.
+// Process attributes r from its accept event when the index has it (the
+// ring buffer is drained first if it holds events not indexed yet), and
+// otherwise queues it for Run.
 func (a *Attribution) Process(r *record.Handshake) {
 	now := time.Now()
-	it := attribItem{r, now, now}
+	it := attribItem{r: r, done: now, due: now}
+	g, res := a.x.attributeAccept(r)
+	if res == acceptMiss && a.x.syncAccepts() {
+		g, res = a.x.attributeAccept(r)
+	}
+	if res == acceptFound && !a.found(g, r, false) {
+		it.gen = g // counted and handed on by Run
+		res = acceptMiss
+	}
+	if res != acceptFound {
+		a.queue(it)
+	}
+}
+
+// found attributes r to g (its accept event's process) and hands it on.
+// Off Run's goroutine (wait false) it does not wait for the tracker, which
+// a scan may hold for milliseconds, and says false when it did nothing.
+func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait bool) bool {
+	if !a.t.observeAttributed(g, r, wait) {
+		return false
+	}
+	a.x.attributed.Add(1)
+	a.x.acc.byAccept.Add(1)
+	gc := *g
+	r.Generation = &gc
+	a.next(r)
+	return true
+}
+
+func (a *Attribution) queue(it attribItem) {
+	r := it.r
 	select {
 	case a.q <- it:
-		if !a.mayBeQuiet(it) || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
+		if it.gen != nil || !a.mayBeQuiet(it) || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
 			a.wake()
 		}
 	default:
@@ -126,7 +163,6 @@ func (a *Attribution) Run() {
 	in := a.q
 	for {
 		// Take what is queued.
-		synced := false
 	drain:
 		for in != nil {
 			select {
@@ -140,12 +176,12 @@ func (a *Attribution) Run() {
 				// (the ring buffer's reader can lag a connection of a
 				// millisecond), waits for the next scan like a
 				// quiet-period record, and is asked again.
+				if it.gen != nil {
+					a.found(it.gen, it.r, true)
+					continue
+				}
 				res := a.fromAccept(it, false)
-				if res == acceptMiss && !synced {
-					// The reader is woken at most every 10 ms: have it
-					// read the ring now (once per batch), and ask again.
-					a.x.syncAccepts()
-					synced = true
+				if res == acceptMiss && a.x.syncAccepts() {
 					res = a.fromAccept(it, false)
 				}
 				switch res {
@@ -264,7 +300,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 	if ok {
 		gc := *g
 		r.Generation = &gc
-		a.t.observeAttributed(g, r)
+		a.t.observeAttributed(g, r, true)
 	}
 	a.next(r)
 }
@@ -276,12 +312,7 @@ func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
 	g, res := a.x.attributeAccept(it.r)
 	switch res {
 	case acceptFound:
-		a.x.attributed.Add(1)
-		a.x.acc.byAccept.Add(1)
-		gc := *g
-		it.r.Generation = &gc
-		a.t.observeAttributed(g, it.r)
-		a.next(it.r)
+		a.found(g, it.r, true)
 	case acceptUnknown:
 		if last {
 			a.x.acc.unknownPid.Add(1)

@@ -536,10 +536,20 @@ func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
 
 // observeAttributed counts r in generation g as the attribution found it,
 // unless a LogPID stage follows (it counts once $pid had its say).
-func (t *Tracker) observeAttributed(g *record.Generation, r *record.Handshake) {
-	if !t.countAfterLog.Load() {
-		t.ObserveHandshake(g, record.GroupLabel(r))
+// With wait false it does not wait for a scan that holds the tracker, and
+// says false when it did not count.
+func (t *Tracker) observeAttributed(g *record.Generation, r *record.Handshake, wait bool) bool {
+	if t.countAfterLog.Load() {
+		return true
 	}
+	if wait {
+		t.mu.Lock()
+	} else if !t.mu.TryLock() {
+		return false
+	}
+	defer t.mu.Unlock()
+	t.observe(g, record.GroupLabel(r), 1)
+	return true
 }
 
 // observe adds delta (1, or -1 to take one back) to gen's count of group.

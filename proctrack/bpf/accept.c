@@ -32,19 +32,14 @@ struct {
 } events SEC(".maps");
 
 /* Wakeups: waking the reader costs most of this program's time (some 6 us
- * of 6.5 per accept on a small VM, against 0.25 us without). Events are
- * submitted without a wakeup; the reader polls the ring every few tens of
- * milliseconds while events come, and sleeps when none came for a while.
- * One wakeup is forced when the last was WAKEUP_EVERY_NS ago or more (the
- * first event after a quiet spell wakes a sleeping reader at once), or when
- * the ring holds WAKEUP_BYTES or more (a burst). Keep in step with
- * acceptWakeupEvery and acceptIdleAfter in accept_linux.go. */
-#define WAKEUP_EVERY_NS (200ULL * 1000 * 1000)
+ * of 6.5 per accept on a small VM, against 0.25 us without), and every
+ * wakeup costs pqwatch more than indexing the events it brings. Events are
+ * submitted without a wakeup: the reader drains the ring every second, and
+ * a record whose accept is not indexed yet drains it itself. One wakeup is
+ * forced only when the ring holds WAKEUP_BYTES or more (a burst: a quarter
+ * of the ring, some 4,700 accepts). Keep in step with acceptDrainEvery in
+ * accept_linux.go. */
 #define WAKEUP_BYTES (256 * 1024)
-
-/* When a wakeup was last forced (bpf_ktime_get_ns); CPUs race on it, which
- * at worst forces one more. */
-__u64 last_wakeup_ns = 0;
 
 /* counters[0]: events dropped (ring buffer full); counters[1]: accepts
  * whose socket could not be read. */
@@ -120,11 +115,8 @@ static __always_inline int on_accept(struct sys_exit_ctx *ctx)
 		bpf_core_read(e->raddr, 16, &sk->__sk_common.skc_v6_daddr);
 	}
 	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (e->ts_ns - last_wakeup_ns >= WAKEUP_EVERY_NS ||
-	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES) {
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES)
 		flags = BPF_RB_FORCE_WAKEUP;
-		last_wakeup_ns = e->ts_ns;
-	}
 	bpf_ringbuf_submit(e, flags);
 	return 0;
 }
