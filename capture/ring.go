@@ -62,14 +62,16 @@ func (r *ring) watch(nudge func()) {
 	go func() {
 		for {
 			first := true
-			err := rc.Read(func(fd uintptr) bool {
+			// No system call here: the first one after the runtime's
+			// sysmon thread went to deep sleep wakes it and has it poll
+			// every 20 µs while the worker parses the block, which cost
+			// more than the parsing. A pending socket error is cleared by
+			// the worker when a nudge finds nothing to read (clearError).
+			err := rc.Read(func(uintptr) bool {
 				if first {
 					first = false
 					return false // wait for readiness
 				}
-				// Clear a pending socket error (ENETDOWN when the link
-				// goes down) so it is not reported again and again.
-				unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_ERROR)
 				return true
 			})
 			if err != nil {
@@ -78,6 +80,13 @@ func (r *ring) watch(nudge func()) {
 			nudge()
 		}
 	}()
+}
+
+// clearError clears a pending socket error (ENETDOWN when the link goes
+// down), which makes the socket readable with nothing to read, so that it
+// is not reported again and again. Only the ring's worker calls it.
+func (r *ring) clearError() {
+	unix.GetsockoptInt(r.fd, unix.SOL_SOCKET, unix.SO_ERROR)
 }
 
 // stats returns the ring's cumulative kernel counters.

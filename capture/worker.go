@@ -91,6 +91,7 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 	w.control()
 	timer := time.NewTimer(w.c.cfg.PollTimeout)
 	defer timer.Stop()
+	nudged := false
 	for ctx.Err() == nil {
 		got := false
 		for _, r := range w.rings {
@@ -107,12 +108,21 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 			}
 		}
 		if got {
+			nudged = false
 			w.control()
 			continue
 		}
+		if nudged {
+			// Readable with nothing to read: a socket error.
+			for _, r := range w.rings {
+				r.clearError()
+			}
+		}
+		nudged = false
 		timer.Reset(w.c.cfg.PollTimeout)
 		select {
 		case <-w.notify:
+			nudged = true
 		case <-timer.C:
 		case <-ctx.Done():
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/forecast"
@@ -231,12 +233,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 // isPipe reports whether w is a pipe or a terminal: a reader waits on the
-// other end, so records go through one by one.
+// other end, so records go through one by one. Another character device
+// (/dev/null) is not: one write per record there is work for nothing.
 func isPipe(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
 	}
 	st, err := f.Stat()
-	return err == nil && st.Mode()&(os.ModeNamedPipe|os.ModeCharDevice) != 0
+	if err != nil {
+		return false
+	}
+	if st.Mode()&os.ModeNamedPipe != 0 {
+		return true
+	}
+	if st.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	tty := false
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { tty = term.IsTerminal(int(fd)) })
+	}
+	return tty
 }
