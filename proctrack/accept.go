@@ -21,9 +21,8 @@ var ErrAcceptsUnsupported = errors.New("proctrack: accept events need Linux on a
 
 // DefaultMaxAccepts is the accept index's bound when AcceptConfig leaves it
 // zero: half a minute of 4,000 accepts a second, far more than the seconds
-// a record waits for attribution, in some 30 MB of Go heap
-// (TestAcceptIndexVsFastcache measures 235 MB at a million, each entry
-// keeping the accept before it of the same addresses).
+// a record waits for attribution, in some 20 MB of Go heap
+// (TestAcceptIndexVsFastcache measures 168 MB at a million).
 const DefaultMaxAccepts = 1 << 17
 
 // AcceptConfig configures OpenAccepts.
@@ -47,8 +46,8 @@ type Accept struct {
 // AcceptStats are the accept events' counters.
 type AcceptStats struct {
 	Events       uint64 // accept events read from the ring buffer
-	Evictions    uint64 // accepts evicted from the index to respect its bound
-	Replaced     uint64 // accepts replaced by a later one of the same addresses (a reused client port)
+	Evictions    uint64 // accepts evicted from the index to respect its bound (a generation at a time)
+	Replaced     uint64 // accepts followed by a later one of the same addresses in the same generation (a reused client port)
 	RingDrops    uint64 // events the kernel dropped: the ring buffer was full
 	ReadFailures uint64 // accepts whose socket the kernel program could not read
 	Entries      int    // accepts in the index now
@@ -82,30 +81,33 @@ func (a *Accepts) sync() bool {
 // Lookup returns the accept of the TCP connection client -> server (the
 // server's address as the client saw it) that happened at or after
 // notBefore: an older entry of the same addresses is an earlier
-// connection that reused the client port. The index keeps the last two
-// accepts of an address pair; with notBefore set, the one nearest to
-// notBefore + acceptMargin (the connection's SYN, as the attribution asks)
-// answers, so an earlier connection's record asked after its port was
-// reused still finds its own accept. With notBefore zero, the latest.
+// connection that reused the client port. Of the last two accepts of an
+// address pair, with notBefore set, the one nearest to notBefore +
+// acceptMargin (the connection's SYN, as the attribution asks) answers, so
+// an earlier connection's record asked after its port was reused still
+// finds its own accept. With notBefore zero, the latest.
 func (a *Accepts) Lookup(client, server netip.AddrPort, notBefore time.Time) (Accept, bool) {
-	e, ok := a.idx.get(acceptKeyOf(client, server))
-	if !ok {
+	var nb int64
+	if !notBefore.IsZero() {
+		nb = notBefore.UnixNano()
+	}
+	cur, prev, n := a.idx.get(acceptKeyOf(client, server), nb)
+	if n == 0 {
 		return Accept{}, false
 	}
-	if notBefore.IsZero() {
-		return e.accept(), true
+	if nb == 0 {
+		return cur.accept(), true
 	}
-	nb := notBefore.UnixNano()
 	syn := nb + int64(acceptMargin)
-	cur := e.unixNano >= nb
-	prev := e.prevNano != 0 && e.prevNano >= nb
-	if prev && (!cur || absDiff(e.prevNano, syn) < absDiff(e.unixNano, syn)) {
-		return Accept{TGID: int(e.prevTGID), TID: int(e.prevTID), Time: time.Unix(0, e.prevNano)}, true
+	curOK := cur.unixNano >= nb
+	prevOK := n == 2 && prev.unixNano >= nb
+	if prevOK && (!curOK || absDiff(prev.unixNano, syn) < absDiff(cur.unixNano, syn)) {
+		return prev.accept(), true
 	}
-	if !cur {
+	if !curOK {
 		return Accept{}, false
 	}
-	return e.accept(), true
+	return cur.accept(), true
 }
 
 func absDiff(a, b int64) int64 {
@@ -155,25 +157,43 @@ func acceptKeyOf(client, server netip.AddrPort) acceptKey {
 	}
 }
 
-// acceptIndex is a map bounded in entries: a ring of keys in insertion
-// order, the oldest evicted when the ring wraps. A key accepted again
-// (a reused client port) replaces its entry; the older ring slot then no
-// longer owns it and is skipped when reached.
+// acceptIndex is bounded in entries: a ring of generations, maps of at
+// most genSize accepts each. Puts go to the newest; when it is full the
+// oldest is cleared (its accepts evicted, and counted) and becomes the
+// newest. A cleared map keeps its memory, so in steady state a put
+// allocates nothing and touches no new page, and the newest generation,
+// where the attribution's lookups land a second after the accept, is small
+// enough to stay in the CPU's caches (one map of the whole bound, growing
+// to some 10 MB, cost about a microsecond per accept in cache and TLB
+// misses and page faults at 600 accepts a second).
 type acceptIndex struct {
 	mu       sync.Mutex
-	m        map[acceptKey]acceptEntry
-	ring     []acceptSlot
-	seq      uint64
+	gens     []acceptGen
+	cur      int // the newest generation
+	genSize  int
+	seq      uint64 // puts
+	entries  int
 	evicted  uint64
 	replaced uint64
 }
 
-// acceptEntry is an Accept and the one before it of the same addresses
-// (a reused client port), compact: 40 bytes.
+// acceptGen is one generation and the latest accept in it: a lookup for a
+// connection newer than that skips it.
+type acceptGen struct {
+	m      map[acceptKey]acceptEntry
+	latest int64
+}
+
+// acceptGens is how many generations an index keeps (fewer when its bound
+// is smaller).
+const acceptGens = 16
+
+// acceptEntry is an Accept and, when the same addresses were accepted
+// twice within one generation (a reused client port), the one before:
+// 32 bytes.
 type acceptEntry struct {
 	tgid, tid         uint32
 	unixNano          int64
-	seq               uint64
 	prevTGID, prevTID uint32
 	prevNano          int64 // 0: none
 }
@@ -182,47 +202,83 @@ func (e acceptEntry) accept() Accept {
 	return Accept{TGID: int(e.tgid), TID: int(e.tid), Time: time.Unix(0, e.unixNano)}
 }
 
-type acceptSlot struct {
-	key acceptKey
-	seq uint64 // 0: empty
+// prev is the accept before e of the same addresses within its
+// generation, as an entry of its own.
+func (e acceptEntry) prev() (acceptEntry, bool) {
+	return acceptEntry{tgid: e.prevTGID, tid: e.prevTID, unixNano: e.prevNano}, e.prevNano != 0
 }
 
 func newAcceptIndex(max int) *acceptIndex {
 	if max <= 0 {
 		max = DefaultMaxAccepts
 	}
-	return &acceptIndex{m: make(map[acceptKey]acceptEntry, min(max, 1<<14)), ring: make([]acceptSlot, max)}
+	n := min(acceptGens, max)
+	x := &acceptIndex{gens: make([]acceptGen, n), genSize: (max + n - 1) / n}
+	for i := range x.gens {
+		x.gens[i].m = make(map[acceptKey]acceptEntry)
+	}
+	return x
 }
+
+// capacity is the most entries the index holds: its bound, rounded up to
+// whole generations.
+func (x *acceptIndex) capacity() int { return len(x.gens) * x.genSize }
 
 func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
 	x.mu.Lock()
 	x.seq++
-	s := &x.ring[x.seq%uint64(len(x.ring))]
-	if s.seq != 0 {
-		if e, ok := x.m[s.key]; ok && e.seq == s.seq {
-			delete(x.m, s.key)
-			x.evicted++
-		}
+	g := &x.gens[x.cur]
+	if len(g.m) >= x.genSize {
+		x.cur = (x.cur + 1) % len(x.gens)
+		g = &x.gens[x.cur]
+		x.evicted += uint64(len(g.m))
+		x.entries -= len(g.m)
+		clear(g.m)
+		g.latest = 0
 	}
-	*s = acceptSlot{k, x.seq}
-	e.seq = x.seq
-	if old, ok := x.m[k]; ok {
+	if old, ok := g.m[k]; ok {
 		x.replaced++
 		e.prevTGID, e.prevTID, e.prevNano = old.tgid, old.tid, old.unixNano
+	} else {
+		x.entries++
 	}
-	x.m[k] = e
+	g.m[k] = e
+	g.latest = max(g.latest, e.unixNano)
 	x.mu.Unlock()
 }
 
-func (x *acceptIndex) get(k acceptKey) (acceptEntry, bool) {
+// get returns the latest accept of k and the one before it (n of them
+// found, at most 2), newest generation first; with notBefore (Unix ns)
+// set, generations whose latest accept is older are skipped.
+func (x *acceptIndex) get(k acceptKey, notBefore int64) (cur, prev acceptEntry, n int) {
 	x.mu.Lock()
-	e, ok := x.m[k]
-	x.mu.Unlock()
-	return e, ok
+	defer x.mu.Unlock()
+	for i := range x.gens {
+		g := &x.gens[(x.cur-i+len(x.gens))%len(x.gens)]
+		if notBefore != 0 && g.latest < notBefore {
+			continue
+		}
+		e, ok := g.m[k]
+		if !ok {
+			continue
+		}
+		if n == 0 {
+			cur, n = e, 1
+			if notBefore == 0 {
+				return cur, prev, n
+			}
+			if p, ok := e.prev(); ok {
+				return cur, p, 2
+			}
+			continue
+		}
+		return cur, e, 2
+	}
+	return cur, prev, n
 }
 
 func (x *acceptIndex) stats() (puts, evicted, replaced uint64, entries int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.seq, x.evicted, x.replaced, len(x.m)
+	return x.seq, x.evicted, x.replaced, x.entries
 }

@@ -31,8 +31,9 @@ func TestAcceptIndexBound(t *testing.T) {
 		a.add(server, c, uint32(100+i), uint32(100+i), uint64(i))
 	}
 	s := a.Stats()
-	if s.Events != 5000 || s.Entries != 1000 || s.Evictions != 4000 || s.Replaced != 0 {
-		t.Fatalf("stats %+v, want 5000 events, 1000 entries, 4000 evictions", s)
+	capa, gen := a.idx.capacity(), a.idx.genSize // 1008: 16 generations of 63
+	if s.Events != 5000 || s.Entries > capa || s.Entries <= capa-gen || uint64(s.Entries)+s.Evictions != 5000 || s.Replaced != 0 {
+		t.Fatalf("stats %+v, want 5000 events, %d to %d entries, the rest evicted", s, capa-gen+1, capa)
 	}
 	old := netip.MustParseAddrPort("127.0.0.2:10000")
 	if _, ok := a.Lookup(old, server, time.Time{}); ok {
@@ -43,9 +44,10 @@ func TestAcceptIndexBound(t *testing.T) {
 		t.Errorf("newest: %+v %v", e, ok)
 	}
 
-	// A reused client port replaces the entry, and its old ring slot is
-	// no eviction when reached.
-	b := &Accepts{idx: newAcceptIndex(4)}
+	// A reused client port: the later accept answers; within one
+	// generation it replaces the entry (counted), across generations the
+	// older one stays until its generation is evicted.
+	b := &Accepts{idx: newAcceptIndex(64)} // 16 generations of 4
 	c := netip.MustParseAddrPort("10.0.0.1:5000")
 	b.add(server, c, 1, 1, 1)
 	b.add(server, c, 2, 2, 2)
@@ -55,9 +57,16 @@ func TestAcceptIndexBound(t *testing.T) {
 	if e, ok := b.Lookup(c, server, time.Time{}); !ok || e.TGID != 2 {
 		t.Errorf("reused port: %+v %v, want tgid 2", e, ok)
 	}
-	b.add(server, netip.MustParseAddrPort("10.0.0.1:7000"), 9, 9, 4) // wraps onto the replaced slot
-	if st := b.Stats(); st.Evictions != 0 || st.Replaced != 1 {
-		t.Errorf("evictions %d replaced %d, want 0 and 1: the slot overwritten had been replaced", st.Evictions, st.Replaced)
+	if st := b.Stats(); st.Evictions != 0 || st.Replaced != 1 || st.Entries != 3 {
+		t.Errorf("%+v, want 3 entries, 1 replaced, none evicted", st)
+	}
+	b.add(server, netip.AddrPortFrom(c.Addr(), 6002), 9, 9, 3) // fills the first generation
+	b.add(server, c, 3, 3, 4)                                  // the next one: the older entry stays
+	if e, ok := b.Lookup(c, server, time.Time{}); !ok || e.TGID != 3 {
+		t.Errorf("reused port across generations: %+v %v, want tgid 3", e, ok)
+	}
+	if st := b.Stats(); st.Replaced != 1 || st.Entries != 5 {
+		t.Errorf("%+v, want 5 entries, 1 replaced", st)
 	}
 
 	// v4-mapped addresses (a dual-stack listener) match plain IPv4, and
@@ -74,22 +83,25 @@ func TestAcceptIndexBound(t *testing.T) {
 
 	// A client port reused 2 s later: each connection's record, asked with
 	// its own SYN (notBefore = SYN - acceptMargin), finds its own accept,
-	// the earlier one too after the reuse.
-	r := &Accepts{idx: newAcceptIndex(16)}
-	rc := netip.MustParseAddrPort("10.0.0.2:5000")
-	syn1, syn2 := time.Unix(100, 0), time.Unix(102, 0)
-	r.add(server, rc, 11, 11, uint64(syn1.Add(time.Millisecond).UnixNano()))
-	r.add(server, rc, 22, 22, uint64(syn2.Add(time.Millisecond).UnixNano()))
-	for _, tc := range []struct {
-		syn  time.Time
-		tgid int
-	}{{syn1, 11}, {syn2, 22}} {
-		if e, ok := r.Lookup(rc, server, tc.syn.Add(-acceptMargin)); !ok || e.TGID != tc.tgid {
-			t.Errorf("SYN at %v: %+v %v, want tgid %d", tc.syn, e, ok, tc.tgid)
+	// the earlier one too after the reuse; the two accepts in two
+	// generations (bound 16: generations of one) and in one (bound 64).
+	for _, bound := range []int{16, 64} {
+		r := &Accepts{idx: newAcceptIndex(bound)}
+		rc := netip.MustParseAddrPort("10.0.0.2:5000")
+		syn1, syn2 := time.Unix(100, 0), time.Unix(102, 0)
+		r.add(server, rc, 11, 11, uint64(syn1.Add(time.Millisecond).UnixNano()))
+		r.add(server, rc, 22, 22, uint64(syn2.Add(time.Millisecond).UnixNano()))
+		for _, tc := range []struct {
+			syn  time.Time
+			tgid int
+		}{{syn1, 11}, {syn2, 22}} {
+			if e, ok := r.Lookup(rc, server, tc.syn.Add(-acceptMargin)); !ok || e.TGID != tc.tgid {
+				t.Errorf("bound %d, SYN at %v: %+v %v, want tgid %d", bound, tc.syn, e, ok, tc.tgid)
+			}
 		}
-	}
-	if _, ok := r.Lookup(rc, server, time.Unix(103, 0)); ok {
-		t.Errorf("an accept older than notBefore matched after a reuse")
+		if _, ok := r.Lookup(rc, server, time.Unix(103, 0)); ok {
+			t.Errorf("bound %d: an accept older than notBefore matched after a reuse", bound)
+		}
 	}
 }
 
@@ -120,6 +132,7 @@ func openAccepts(t *testing.T, max int) *Accepts {
 // waitAccept polls the index for the connection client -> server.
 func waitAccept(a *Accepts, client, server netip.AddrPort, since time.Time) (Accept, bool) {
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		a.sync()
 		if e, ok := a.Lookup(client, server, since); ok {
 			return e, true
 		}
