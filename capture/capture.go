@@ -27,8 +27,8 @@ const Any = "any"
 // bytes of kernel memory, and there is one ring per interface per worker.
 const (
 	DefaultFrameSize   = 4096
-	DefaultBlockSize   = 1 << 18          // 256 KiB; also the largest packet kept whole
-	DefaultNumBlocks   = 16               // 4 MiB per ring
+	DefaultBlockSize   = 1 << 20          // 1 MiB; also the largest packet kept whole
+	DefaultNumBlocks   = 8                // 8 MiB per ring
 	DefaultPollTimeout = 10 * time.Second // a fallback: ring watchers nudge the workers
 	// DefaultBlockTimeout is how long the kernel keeps a partly filled
 	// block before handing it to the worker. Each hand-over wakes the

@@ -29,6 +29,6 @@
 // twice (outgoing and incoming); the outgoing copy is dropped in the
 // kernel filter, as libpcap does.
 //
-// Memory: each ring maps BlockSize*NumBlocks bytes (4 MiB by default), and
+// Memory: each ring maps BlockSize*NumBlocks bytes (8 MiB by default: 8 blocks of 1 MiB; each block handed over is a wakeup, and at 600 handshakes a second 1 MiB blocks woke pqwatch 200 times in 5 s against 330 with 256 KiB ones), and
 // there are Workers rings per captured interface.
 package capture
