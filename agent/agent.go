@@ -395,6 +395,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	scan(true)
+	// Loading the eBPF programs parsed the kernel's BTF: megabytes of
+	// garbage that would otherwise wait for the first collection under
+	// traffic, and stay resident until then.
+	debug.FreeOSMemory()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -214,9 +214,7 @@ func newAcceptIndex(max int) *acceptIndex {
 	}
 	n := min(acceptGens, max)
 	x := &acceptIndex{gens: make([]acceptGen, n), genSize: (max + n - 1) / n}
-	for i := range x.gens {
-		x.gens[i].m = make(map[acceptKey]acceptEntry)
-	}
+	x.gens[0].m = make(map[acceptKey]acceptEntry, x.genSize)
 	return x
 }
 
@@ -231,6 +229,9 @@ func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
 	if len(g.m) >= x.genSize {
 		x.cur = (x.cur + 1) % len(x.gens)
 		g = &x.gens[x.cur]
+		if g.m == nil { // sized once, at first use: it never grows (rehashing cost a quarter of a put)
+			g.m = make(map[acceptKey]acceptEntry, x.genSize)
+		}
 		x.evicted += uint64(len(g.m))
 		x.entries -= len(g.m)
 		clear(g.m)
@@ -255,7 +256,7 @@ func (x *acceptIndex) get(k acceptKey, notBefore int64) (cur, prev acceptEntry, 
 	defer x.mu.Unlock()
 	for i := range x.gens {
 		g := &x.gens[(x.cur-i+len(x.gens))%len(x.gens)]
-		if notBefore != 0 && g.latest < notBefore {
+		if g.m == nil || notBefore != 0 && g.latest < notBefore {
 			continue
 		}
 		e, ok := g.m[k]

@@ -119,10 +119,17 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 	if a == nil || r.Transport != record.TransportTCP {
 		return nil, acceptOff
 	}
-	client, err1 := netip.ParseAddrPort(r.Client)
-	server, err2 := netip.ParseAddrPort(r.Server)
-	if err1 != nil || err2 != nil {
-		return nil, acceptMiss
+	var client, server netip.AddrPort
+	if r.ClientPort != 0 && r.ServerPort != 0 && r.ServerAddr != ([16]byte{}) { // the sniffer's: no parsing
+		client = netip.AddrPortFrom(netip.AddrFrom16(r.ClientAddr), r.ClientPort)
+		server = netip.AddrPortFrom(netip.AddrFrom16(r.ServerAddr), r.ServerPort)
+	} else {
+		var err1, err2 error
+		client, err1 = netip.ParseAddrPort(r.Client)
+		server, err2 = netip.ParseAddrPort(r.Server)
+		if err1 != nil || err2 != nil {
+			return nil, acceptMiss
+		}
 	}
 	var notBefore time.Time
 	if !r.FlowStart.IsZero() {

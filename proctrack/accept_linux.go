@@ -146,11 +146,12 @@ type acceptLoaded struct {
 }
 
 // The reader's wakeups (bpf/accept.c): the program never wakes the reader
-// but for a burst (the ring a quarter full); the watcher drains the ring at
-// least every acceptDrainEvery; a record whose accept is not indexed yet
-// drains it itself, on its own goroutine (Accepts.sync), so freshness
-// costs no wakeup.
-const acceptDrainEvery = time.Second
+// but for a burst (the ring a quarter full); a record whose accept is not
+// indexed yet drains the ring itself, on its own goroutine (Accepts.sync),
+// so freshness costs no wakeup; the tracker's Tick drains it every second
+// (on the agent's housekeeping timer), and the watcher at least every
+// acceptDrainEvery, a safety net of its own.
+const acceptDrainEvery = 10 * time.Second
 
 // eventSize is sizeof(struct event) in bpf/accept.c.
 const eventSize = 56

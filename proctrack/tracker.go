@@ -280,6 +280,7 @@ const scanEvery = 5
 // change or the last scan is scanEvery intervals old. Run calls it; so does
 // the agent, from the timer it already has.
 func (t *Tracker) Tick() error {
+	t.ix.syncAccepts() // the accept ring, read on this timer rather than a timer of its own
 	t.mu.RLock()
 	// A swap in flux (two generations alive, a failure pending, an
 	// [emerg] noted) is scanned every interval. So is a search the

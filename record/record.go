@@ -124,6 +124,7 @@ type Handshake struct {
 	// Fields below are internal to pqwatch (not part of the SPEC record) and
 	// never serialised. They let joins and forecasts work without re-parsing.
 	ClientAddr [16]byte `json:"-"` // IPv4-mapped when IPv4
+	ServerAddr [16]byte `json:"-"` // IPv4-mapped when IPv4; zero when ServerPort is
 	ClientPort uint16   `json:"-"`
 	ServerPort uint16   `json:"-"`
 	// FlowStart is the time of the connection's SYN (QUIC: its first

@@ -502,6 +502,7 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 		Server:           server.String(),
 		ClientHelloBytes: chLen,
 		ClientAddr:       client.Addr().As16(),
+		ServerAddr:       server.Addr().As16(),
 		ClientPort:       client.Port(),
 		ServerPort:       server.Port(),
 	}

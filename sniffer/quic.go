@@ -21,6 +21,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		Server:              c.Server.String(),
 		ClientHelloSegments: c.ClientHelloPackets,
 		ClientAddr:          c.Client.Addr().As16(),
+		ServerAddr:          c.Server.Addr().As16(),
 		ClientPort:          c.Client.Port(),
 		ServerPort:          c.Server.Port(),
 	}

@@ -34,10 +34,10 @@ struct {
 /* Wakeups: waking the reader costs most of this program's time (some 6 us
  * of 6.5 per accept on a small VM, against 0.25 us without), and every
  * wakeup costs pqwatch more than indexing the events it brings. Events are
- * submitted without a wakeup: the reader drains the ring every second, and
+ * submitted without a wakeup: the ring is drained every second, and
  * a record whose accept is not indexed yet drains it itself. One wakeup is
  * forced only when the ring holds WAKEUP_BYTES or more (a burst: a quarter
- * of the ring, some 4,700 accepts). Keep in step with acceptDrainEvery in
+ * of the ring, 4,096 accepts). Keep in step with acceptDrainEvery in
  * accept_linux.go. */
 #define WAKEUP_BYTES (256 * 1024)
 
