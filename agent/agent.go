@@ -524,7 +524,7 @@ func (a *Agent) tooLongLines(add func(n uint64, labels ...string)) {
 
 func (a *Agent) captureStats() exporter.CaptureStats {
 	cs := a.capt.Stats()
-	out := exporter.CaptureStats{Packets: cs.Packets, Drops: cs.Drops, Interfaces: map[string]exporter.IfaceStats{}}
+	out := exporter.CaptureStats{Packets: cs.Packets, Drops: cs.Drops, Interfaces: map[string]exporter.IfaceStats{}, Filter: a.capt.Filter()}
 	for name, s := range cs.Interfaces {
 		out.Interfaces[name] = exporter.IfaceStats{Packets: s.Packets, Drops: s.Drops}
 	}

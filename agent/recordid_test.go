@@ -2,8 +2,12 @@ package agent
 
 import (
 	"regexp"
+	"slices"
 	"sync"
 	"testing"
+
+	"github.com/pqwatch/pqwatch/capture"
+	"github.com/pqwatch/pqwatch/exporter"
 
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -49,5 +53,15 @@ func TestRecordIDs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { ids.stamp(&a) }); n > 1 {
 		t.Errorf("stamp: %v allocations, want the ID string only", n)
+	}
+}
+
+// TestCaptureFilterLabels: the label values of pqwatch_capture_filter_info
+// are the capture's filter kinds.
+func TestCaptureFilterLabels(t *testing.T) {
+	for _, k := range []string{capture.FilterClassic, capture.FilterEBPF} {
+		if !slices.Contains(exporter.CaptureFilters, k) {
+			t.Errorf("filter kind %q is not a label value of pqwatch_capture_filter_info (%v)", k, exporter.CaptureFilters)
+		}
 	}
 }

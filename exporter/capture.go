@@ -28,7 +28,13 @@ type CaptureStats struct {
 	QUICConnsActive int    // tracked QUIC connections now
 	BufferedBytes   int    // bytes of TCP reassembly and QUIC CRYPTO buffers held now
 	BufferBudget    int    // the budget BufferedBytes is kept within
+	// Filter is the kernel filter in use, "classic" or "ebpf" ("" when
+	// unknown: no pqwatch_capture_filter_info).
+	Filter string
 }
+
+// CaptureFilters are the label values of pqwatch_capture_filter_info.
+var CaptureFilters = []string{"classic", "ebpf"}
 
 var (
 	descCapturePackets = prometheus.NewDesc(namespace+"_capture_packets_total",
@@ -43,6 +49,8 @@ var (
 		"QUIC connections currently tracked.", nil, nil)
 	descBufferedBytes = prometheus.NewDesc(namespace+"_buffered_bytes",
 		"Bytes of TCP reassembly and QUIC CRYPTO buffers held now (unfinished handshakes), kept within pqwatch_buffer_budget_bytes by evicting the oldest unfinished flow.", nil, nil)
+	descCaptureFilter = prometheus.NewDesc(namespace+"_capture_filter_info",
+		"1 for the kernel filter the capture runs (classic, the default, or ebpf: PQWATCH_CAPTURE_FILTER=ebpf where the kernel allows it), 0 for the other.", []string{"filter"}, nil)
 	descBufferBudget = prometheus.NewDesc(namespace+"_buffer_budget_bytes",
 		"The memory budget for TCP reassembly and QUIC CRYPTO buffers, over all capture workers (-buffer-budget, or a quarter of the memory limit).", nil, nil)
 )
@@ -55,8 +63,8 @@ type captureCollector struct {
 // NewCaptureCollector returns a Collector that calls stats at every scrape
 // and exports pqwatch_capture_packets_total{iface},
 // pqwatch_capture_drops_total{iface}, pqwatch_flows_evicted_total,
-// pqwatch_flows_active, pqwatch_quic_conns_active, pqwatch_buffered_bytes and
-// pqwatch_buffer_budget_bytes. stats must be safe to
+// pqwatch_flows_active, pqwatch_quic_conns_active, pqwatch_buffered_bytes,
+// pqwatch_buffer_budget_bytes and pqwatch_capture_filter_info{filter}. stats must be safe to
 // call concurrently with the capture.
 func NewCaptureCollector(stats func() CaptureStats) prometheus.Collector {
 	return &captureCollector{stats: stats}
@@ -71,6 +79,7 @@ func (c *captureCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descQUICConnsActive
 	ch <- descBufferedBytes
 	ch <- descBufferBudget
+	ch <- descCaptureFilter
 }
 
 // Collect implements prometheus.Collector.
@@ -96,4 +105,13 @@ func (c *captureCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descQUICConnsActive, prometheus.GaugeValue, float64(s.QUICConnsActive))
 	ch <- prometheus.MustNewConstMetric(descBufferedBytes, prometheus.GaugeValue, float64(s.BufferedBytes))
 	ch <- prometheus.MustNewConstMetric(descBufferBudget, prometheus.GaugeValue, float64(s.BufferBudget))
+	if s.Filter != "" {
+		for _, f := range CaptureFilters {
+			v := 0.0
+			if f == s.Filter {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descCaptureFilter, prometheus.GaugeValue, v, f)
+		}
+	}
 }
