@@ -28,8 +28,10 @@ const DefaultMaxAccepts = 1 << 17
 
 // AcceptConfig configures OpenAccepts.
 type AcceptConfig struct {
-	// MaxEntries bounds the index; the oldest accept is evicted (and
-	// counted) to make room. DefaultMaxAccepts by default.
+	// MaxEntries bounds the index; the oldest accepts are evicted (and
+	// counted) to make room, a sixteenth of the bound at a time, so the
+	// index holds between 15/16 of it and the bound (rounded up to a
+	// multiple of 16). DefaultMaxAccepts by default.
 	MaxEntries int
 	// TracefsDir is where tracefs is (or is mounted when absent and the
 	// process may), "/sys/kernel/tracing" by default.
@@ -87,6 +89,10 @@ func (a *Accepts) sync() bool {
 // acceptMargin (the connection's SYN, as the attribution asks) answers, so
 // an earlier connection's record asked after its port was reused still
 // finds its own accept. With notBefore zero, the latest.
+//
+// It sees what was read from the kernel's ring: the ring is drained every
+// 10 s and in bursts by its watcher, and at once by the attribution (a
+// record that misses, and the tracker's Tick, every second).
 func (a *Accepts) Lookup(client, server netip.AddrPort, notBefore time.Time) (Accept, bool) {
 	var nb int64
 	if !notBefore.IsZero() {

@@ -60,6 +60,10 @@ func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
 	if k.watchFile, err = pollableDup(k.objs.Events.FD()); err != nil {
 		return nil, fmt.Errorf("proctrack: accept events: ring buffer: %w", err)
 	}
+	if err := k.watchFile.SetReadDeadline(time.Time{}); err != nil {
+		// Not in Go's poller: its watcher could not wait for bursts.
+		return nil, fmt.Errorf("proctrack: accept events: ring buffer not pollable: %w", err)
+	}
 	a := &Accepts{idx: newAcceptIndex(cfg.MaxEntries), kernel: k}
 	k.a = a
 	a.offset.Store(clockOffset())

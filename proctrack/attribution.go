@@ -113,6 +113,10 @@ func (a *Attribution) queue(it attribItem) {
 			a.wake()
 		}
 	default:
+		if it.gen != nil { // found, only not counted yet: wait for the tracker
+			a.found(it.gen, r, true)
+			return
+		}
 		a.skipped.Add(1)
 		a.x.skipped.Add(1)
 		a.next(r)
@@ -139,6 +143,10 @@ func (a *Attribution) Flush() {
 		return
 	}
 	for it := range a.q { // Run never started: hand on as they are
+		if it.gen != nil {
+			a.found(it.gen, it.r, true)
+			continue
+		}
 		a.next(it.r)
 	}
 }
@@ -172,10 +180,9 @@ func (a *Attribution) Run() {
 					break drain
 				}
 				// An accept event answers at once. An accept by a
-				// process not yet scanned (a new worker), or none yet
-				// (the ring buffer's reader can lag a connection of a
-				// millisecond), waits for the next scan like a
-				// quiet-period record, and is asked again.
+				// process not yet scanned (a new worker), or none at
+				// all after the ring was read, waits for the next scan
+				// like a quiet-period record, and is asked again.
 				if it.gen != nil {
 					a.found(it.gen, it.r, true)
 					continue

@@ -37,8 +37,8 @@ struct {
  * submitted without a wakeup: the ring is drained every second, and
  * a record whose accept is not indexed yet drains it itself. One wakeup is
  * forced only when the ring holds WAKEUP_BYTES or more (a burst: a quarter
- * of the ring, 4,096 accepts). Keep in step with acceptDrainEvery in
- * accept_linux.go. */
+ * of the ring, 4,096 accepts). Keep in step with the reader in
+ * accept_linux.go (acceptLoaded.watch and sync). */
 #define WAKEUP_BYTES (256 * 1024)
 
 /* counters[0]: events dropped (ring buffer full); counters[1]: accepts
