@@ -91,7 +91,7 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 	w.control()
 	timer := time.NewTimer(w.c.cfg.PollTimeout)
 	defer timer.Stop()
-	nudged := false
+	nudged, empty := false, 0
 	for ctx.Err() == nil {
 		got := false
 		for _, r := range w.rings {
@@ -108,14 +108,19 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 			}
 		}
 		if got {
-			nudged = false
+			nudged, empty = false, 0
 			w.control()
 			continue
 		}
 		if nudged {
-			// Readable with nothing to read: a socket error.
-			for _, r := range w.rings {
-				r.clearError()
+			// Readable with nothing to read, twice in a row: a socket
+			// error (once is a nudge for a block the worker had already
+			// read, common under load: no system call for it).
+			if empty++; empty >= 2 {
+				for _, r := range w.rings {
+					r.clearError()
+				}
+				empty = 0
 			}
 		}
 		nudged = false
