@@ -748,20 +748,31 @@ func (s *Sniffer) ignore(f *flow) {
 
 // fillClientHello copies what the record needs out of a parsed ClientHello.
 // Strings that repeat from client to client (SNI, ALPN, JA4) are shared
-// through the sniffer's interner and JA4 cache; each list is allocated once.
+// through the sniffer's interner and JA4 cache; the string lists share one
+// allocation, and so do the code point lists (each sliced to its own
+// capacity).
 func (s *Sniffer) fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello, transport byte) {
 	if len(ch.ServerName) > 0 {
 		r.SNI = s.strs.String(ch.ServerName)
 	}
-	if len(ch.ALPN) > 0 {
-		r.ALPN = make([]string, 0, len(ch.ALPN))
+	na, ng, nk := len(ch.ALPN), len(ch.SupportedGroups), len(ch.KeyShares)
+	var strs []string
+	if na+ng > 0 {
+		strs = make([]string, 0, na+ng)
+	}
+	var ids []uint16
+	if ng+nk > 0 {
+		ids = make([]uint16, 0, ng+nk)
+	}
+	if na > 0 {
+		r.ALPN = strs[0:0:na]
 		for _, a := range ch.ALPN {
 			r.ALPN = append(r.ALPN, s.strs.String(a))
 		}
 	}
-	if n := len(ch.SupportedGroups); n > 0 {
-		r.OfferedGroups = make([]string, 0, n)
-		r.OfferedIDs = make([]uint16, 0, n)
+	if ng > 0 {
+		r.OfferedGroups = strs[na : na : na+ng]
+		r.OfferedIDs = ids[0:0:ng]
 	}
 	for _, g := range ch.SupportedGroups {
 		if tlsparse.IsGREASE(uint16(g)) {
@@ -773,9 +784,9 @@ func (s *Sniffer) fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello,
 			r.PQOffered = true
 		}
 	}
-	if n := len(ch.KeyShares); n > 0 {
-		r.KeyShares = make([]record.KeyShare, 0, n)
-		r.KeyShareIDs = make([]uint16, 0, n)
+	if nk > 0 {
+		r.KeyShares = make([]record.KeyShare, 0, nk)
+		r.KeyShareIDs = ids[ng : ng : ng+nk]
 	}
 	for _, k := range ch.KeyShares {
 		if tlsparse.IsGREASE(uint16(k.Group)) {
