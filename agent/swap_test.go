@@ -346,12 +346,36 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 		t.Errorf("%d of %d requests failed, first: %v", len(errs), len(sent)+len(errs), errs[0])
 	}
 
-	// Every request's record, then the agent drains.
-	waitUntil(t, 15*time.Second, "a record of every request", func() bool {
+	// Every request's record, then the agent drains. A timeout says where
+	// the records are: not captured, held by the join, or attributed
+	// late.
+	allIn := func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(recs) >= len(sent)
-	})
+	}
+	for end := time.Now().Add(15 * time.Second); !allIn() && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !allIn() {
+		mu.Lock()
+		got := map[string]bool{}
+		for _, r := range recs {
+			got[r.Client] = true
+		}
+		n := len(recs)
+		mu.Unlock()
+		var missing []string
+		for _, s := range sent {
+			if !got[s.client] && len(missing) < 10 {
+				missing = append(missing, fmt.Sprintf("%s (X-Pid %d, at %s)", s.client, s.xpid, s.at.Format("15:04:05.000")))
+			}
+		}
+		sn := a.SnifferStats()
+		t.Fatalf("timed out after 15s waiting for a record of every request: %d records of %d requests; first missing: %v; "+
+			"sniffer: %d packets, %d records, %d flows active, errors %v; join: %+v; attribution: %+v",
+			n, len(sent), missing, sn.Packets, sn.Records, sn.FlowsActive, sn.Errors, a.JoinStats(), a.Processes().Stats())
+	}
 	if err := stopAgent(); err != nil {
 		t.Fatal(err)
 	}
