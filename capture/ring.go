@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/gopacket/gopacket/afpacket"
 	"github.com/vishvananda/netns"
@@ -37,7 +38,16 @@ type ring struct {
 // watch starts the goroutine that calls nudge whenever the ring's socket
 // becomes readable (a block was retired, or an error is pending). Without
 // a pollable dup it falls back to nudging on a timer.
-func (r *ring) watch(nudge func()) {
+//
+// Go's poller forgets a readiness nobody waited for: each wait starts
+// afresh. A block retired after the watcher woke and before it waits again
+// would be slept through (until the next block, or the worker's
+// PollTimeout once traffic stops) if the worker had already found the ring
+// empty. So each wait after a wakeup first polls the socket once, without
+// waiting, and nudges a worker that sleeps (idle) when a block is ready;
+// the worker polls once more after saying it sleeps, so one of the two
+// sees the block.
+func (r *ring) watch(nudge func(), idle func() bool) {
 	nfd, err := unix.Dup(r.fd)
 	if err == nil {
 		unix.CloseOnExec(nfd)
@@ -60,26 +70,46 @@ func (r *ring) watch(nudge func()) {
 		return // the worker's PollTimeout still drains the ring
 	}
 	go func() {
+		check := false // poll before waiting: after a wakeup only
 		for {
 			first := true
-			// No system call here: the first one after the runtime's
-			// sysmon thread went to deep sleep wakes it and has it poll
-			// every 20 µs while the worker parses the block, which cost
-			// more than the parsing. A pending socket error is cleared by
-			// the worker when a nudge finds nothing to read (clearError).
-			err := rc.Read(func(uintptr) bool {
+			// No ordinary system call here: the first one after the
+			// runtime's sysmon thread went to deep sleep wakes it and has
+			// it poll every 20 µs while the worker parses the block, which
+			// cost more than the parsing (readableNow is a raw one). A
+			// pending socket error is cleared by the worker when nudges
+			// find nothing to read (clearError).
+			polled := false
+			err := rc.Read(func(fd uintptr) bool {
 				if first {
 					first = false
+					if check && idle() && readableNow(int(fd)) {
+						polled = true
+						return true
+					}
 					return false // wait for readiness
 				}
 				return true
 			})
+			// After a nudge for a block found by polling, wait for the
+			// next readiness: the worker may not have run yet, and the
+			// block is still there.
+			check = !polled
 			if err != nil {
 				return // closed
 			}
 			nudge()
 		}
 	}()
+}
+
+// readableNow polls fd once without waiting: a retired block is ready
+// (POLLIN; a pending error alone is not). A raw system call (no sysmon).
+func readableNow(fd int) bool {
+	pfd := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	var ts unix.Timespec
+	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return e == 0 && n > 0 && pfd[0].Revents&unix.POLLIN != 0
 }
 
 // clearError clears a pending socket error (ENETDOWN when the link goes

@@ -3,6 +3,7 @@ package capture
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,9 @@ type worker struct {
 	pending []ctlMsg
 
 	rings []*ring
+	// idle is set while the worker sleeps, for the ring watchers (see
+	// ring.watch).
+	idle atomic.Bool
 }
 
 func newWorker(c *Capture, id int) (*worker, error) {
@@ -70,7 +74,7 @@ func (w *worker) control() {
 	for _, m := range msgs {
 		if m.add != nil {
 			w.rings = append(w.rings, m.add)
-			m.add.watch(w.wake)
+			m.add.watch(w.wake, w.idle.Load)
 		}
 		if m.del != nil {
 			for i, r := range w.rings {
@@ -124,6 +128,14 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 			}
 		}
 		nudged = false
+		// Say it sleeps, then look once more: a block retired since the
+		// ring was found empty is either seen here or by the watcher
+		// (ring.watch).
+		w.idle.Store(true)
+		if !w.c.stopping.Load() && w.readable() {
+			w.idle.Store(false)
+			continue
+		}
 		timer.Reset(w.c.cfg.PollTimeout)
 		select {
 		case <-w.notify:
@@ -131,8 +143,19 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 		case <-timer.C:
 		case <-ctx.Done():
 		}
+		w.idle.Store(false)
 		w.control()
 	}
+}
+
+// readable says whether a ring has a block ready.
+func (w *worker) readable() bool {
+	for _, r := range w.rings {
+		if readableNow(r.fd) {
+			return true
+		}
+	}
+	return false
 }
 
 // deliver calls handle, recovering and counting a panic so one bad packet
