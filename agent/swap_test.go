@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/proctrack"
@@ -441,15 +442,24 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 		p99 = delays[len(delays)*99/100]
 	}
 	st := a.Processes().Stats()
-	fromLog := map[string]float64{}
+	fromLog, filters := map[string]float64{}, map[string]float64{}
 	if mfs, err := a.Registry().Gather(); err == nil {
 		for _, mf := range mfs {
-			if mf.GetName() == "pqwatch_attributions_from_log_total" {
-				for _, m := range mf.GetMetric() {
-					fromLog[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			into := map[string]map[string]float64{"pqwatch_attributions_from_log_total": fromLog, "pqwatch_capture_filter_info": filters}[mf.GetName()]
+			for _, m := range mf.GetMetric() {
+				if into != nil {
+					into[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
 		}
+	}
+	// The kernel filter the capture runs: the classic one unless the
+	// environment asks for eBPF (then either, the start log says why).
+	if os.Getenv(capture.FilterEnv) == "" && (filters["classic"] != 1 || filters["ebpf"] != 0) {
+		t.Errorf("pqwatch_capture_filter_info %v, want classic 1 and ebpf 0 (no %s)", filters, capture.FilterEnv)
+	}
+	if filters["classic"]+filters["ebpf"] != 1 {
+		t.Errorf("pqwatch_capture_filter_info %v, want exactly one filter at 1", filters)
 	}
 	t.Logf("$pid stage: %v; client ports used twice: %d", fromLog, reused)
 	t.Logf("source %s, access log %v: %d requests (%d failed), %d records; %d with the right worker and master (per master %v: A %d, B %d), %d with the right master and no worker, %d without a generation, %d wrong worker, %d wrong master, %d missing, %d joined to their log line; handshake to record p99 %v; stats %+v; swap events %v",

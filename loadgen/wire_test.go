@@ -1,7 +1,6 @@
 package loadgen
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/csv"
 	"errors"
@@ -16,12 +15,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
+
+	"github.com/pqwatch/pqwatch/internal/testenv"
 )
 
 // The test's own reading of every request's latency: the packets on the
@@ -48,26 +48,8 @@ type wireConn struct {
 type wireCapture struct {
 	cmd    *exec.Cmd
 	file   string
-	stderr *lockedBuffer
+	stderr *testenv.Buffer
 	port   int
-}
-
-// lockedBuffer is a bytes.Buffer that a command writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startWireCapture captures the TCP packets to and from port on lo until
@@ -80,7 +62,7 @@ func startWireCapture(t testing.TB, port int) *wireCapture {
 	if _, err := os.Stat(dumpcapBin); err != nil {
 		t.Skipf("dumpcap not installed (apt-get install tshark): %v", err)
 	}
-	w := &wireCapture{file: filepath.Join(t.TempDir(), "wire.pcap"), stderr: new(lockedBuffer), port: port}
+	w := &wireCapture{file: filepath.Join(t.TempDir(), "wire.pcap"), stderr: new(testenv.Buffer), port: port}
 	// 128 bytes a packet hold every header; 32 MiB of kernel buffer.
 	w.cmd = exec.Command(dumpcapBin, "-i", "lo", "-f", fmt.Sprintf("tcp port %d", port), "-s", "128", "-B", "32",
 		"-P", "-w", w.file)

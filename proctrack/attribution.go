@@ -75,8 +75,7 @@ const maxAttribWait = 3 * time.Second
 // ring buffer is drained first if it holds events not indexed yet), and
 // otherwise queues it for Run.
 func (a *Attribution) Process(r *record.Handshake) {
-	now := time.Now()
-	it := attribItem{r: r, done: now, due: now}
+	it := attribItem{r: r}
 	g, res := a.x.attributeAccept(r)
 	if res == acceptMiss && a.x.syncAccepts() {
 		g, res = a.x.attributeAccept(r)
@@ -107,6 +106,8 @@ func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait bool
 
 func (a *Attribution) queue(it attribItem) {
 	r := it.r
+	it.done = time.Now() // only a queued record needs its time
+	it.due = it.done
 	select {
 	case a.q <- it:
 		if it.gen != nil || !a.mayBeQuiet(it) || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
