@@ -34,6 +34,7 @@ const (
 
 type flow struct {
 	key        flowKey
+	hash       uint64 // key's hash in the flow table
 	prev, next *flow
 	lastSeen   time.Time
 	synTS      time.Time // the flow's first packet when it was a SYN; zero when the capture began mid-connection
@@ -79,7 +80,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 	src := netip.AddrPortFrom(p.src, p.sport)
 	dst := netip.AddrPortFrom(p.dst, p.dport)
 	key, d := makeKey(src, dst)
-	f := s.flows[key]
+	f, h := s.flows.get(key)
 	if f != nil && p.flags&(flagSYN|flagACK) == flagSYN && (f.state == stFinished || f.state == stIgnore) &&
 		!(f.synSeen[d] && f.synSeq[d] == p.seq) {
 		// A new connection on the endpoints of one whose record is done
@@ -97,7 +98,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 		if len(p.payload) == 0 && p.flags&flagSYN == 0 {
 			return f
 		}
-		f = s.newFlow(key)
+		f = s.newFlow(key, h)
 		if p.flags&flagSYN != 0 {
 			f.synTS = ts
 		}
@@ -800,8 +801,8 @@ func (s *Sniffer) fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello,
 
 // LRU list and table maintenance.
 
-func (s *Sniffer) newFlow(key flowKey) *flow {
-	if len(s.flows) >= s.cfg.MaxFlows && s.tail != nil {
+func (s *Sniffer) newFlow(key flowKey, h uint64) *flow {
+	if s.flows.len() >= s.cfg.MaxFlows && s.tail != nil {
 		old := s.tail
 		s.finish(old, record.OutcomeTimeout)
 		s.remove(old)
@@ -818,7 +819,7 @@ func (s *Sniffer) newFlow(key flowKey) *flow {
 	f.live = true
 	f.clientDir = -1
 	f.dir[0].tlsStart, f.dir[1].tlsStart = -1, -1
-	s.flows[key] = f
+	s.flows.put(f, h)
 	s.stats.Flows++
 	f.next = s.head
 	if s.head != nil {
@@ -862,7 +863,7 @@ func (s *Sniffer) unlink(f *flow) {
 
 func (s *Sniffer) remove(f *flow) {
 	s.unlink(f)
-	delete(s.flows, f.key)
+	s.flows.del(f)
 	s.buffered.Account(f, 0)
 	d0, d1 := f.dir[0], f.dir[1]
 	d0.release(&s.pool)

@@ -96,7 +96,7 @@ type Stats struct {
 // Sniffer is the packet-to-record pipeline.
 type Sniffer struct {
 	cfg   Config
-	flows map[flowKey]*flow
+	flows flowTable
 	// LRU list by last activity: head = most recent.
 	head, tail *flow
 	free       []*flow
@@ -193,7 +193,7 @@ func ErrorReasons() []string { return errReasons[:] }
 // New returns a Sniffer with cfg's bounds.
 func New(cfg Config) *Sniffer {
 	cfg.defaults()
-	s := &Sniffer{cfg: cfg, flows: make(map[flowKey]*flow, min(cfg.MaxFlows, 4096)),
+	s := &Sniffer{cfg: cfg, flows: newFlowTable(min(cfg.MaxFlows, 4096)),
 		buffered: memlist.New(func(f *flow) *memlist.Link[flow] { return &f.buffered })}
 	if len(cfg.Ports) > 0 {
 		s.ports = new([1024]uint64)
@@ -284,7 +284,7 @@ func (s *Sniffer) Flush() {
 // Stats returns a snapshot of the counters.
 func (s *Sniffer) Stats() Stats {
 	st := s.stats
-	st.FlowsActive = len(s.flows)
+	st.FlowsActive = s.flows.len()
 	st.BufferedBytes = s.buffered.Bytes() + s.quic.Buffered()
 	st.Errors = make(map[string]uint64)
 	for i, n := range s.errs {
@@ -316,18 +316,14 @@ func (s *Sniffer) Shrink() {
 	s.pool = bufPool{}
 	clear(s.free)
 	s.free = s.free[:0:0]
-	m := make(map[flowKey]*flow, max(len(s.flows), 4096))
-	for k, f := range s.flows {
-		m[k] = f
-	}
-	s.flows = m
+	s.flows = s.flows.rebuilt(4096)
 	s.quic.Shrink()
 }
 
 // Held is what the sniffer holds now: TCP flows in its table and the
 // bytes of its buffers (TCP and QUIC); cheap, unlike Stats.
 func (s *Sniffer) Held() (flows, bufferedBytes int) {
-	return len(s.flows), s.buffered.Bytes() + s.quic.Buffered()
+	return s.flows.len(), s.buffered.Bytes() + s.quic.Buffered()
 }
 
 // account brings s.buffered up to date with f's buffers.

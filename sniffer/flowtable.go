@@ -1,0 +1,94 @@
+package sniffer
+
+import (
+	"hash/maphash"
+)
+
+// flowTable is the TCP flow table: flows by a 64-bit hash of their
+// endpoints under a seed chosen at start, so the map is the runtime's fast
+// path for integer keys with 16-byte slots, not one keyed by the 64-byte
+// flowKey (hashing a flowKey field by field and the misses of its 72-byte
+// slots were some 8% of the live agent's CPU). A hit is checked against the
+// flow's own key; the rare flow whose hash is taken by another flow (two
+// distinct endpoint pairs share a hash with a chance of 2^-64 a pair, and
+// a forger does not know the seed) lives in spill, keyed by its endpoints.
+type flowTable struct {
+	m     map[uint64]*flow
+	spill map[flowKey]*flow
+	seed  maphash.Seed
+}
+
+func newFlowTable(size int) flowTable {
+	return flowTable{m: make(map[uint64]*flow, size), seed: maphash.MakeSeed()}
+}
+
+// flatKey is a flowKey's endpoints as plain bytes: hashed as one block of
+// memory. Addresses from the wire have no zone; an IPv4 address and its
+// v4-mapped IPv6 form share a flatKey, and the check against the flow's own
+// key tells them apart.
+type flatKey struct {
+	lo, hi   [16]byte
+	lop, hip uint16
+}
+
+func (t *flowTable) hash(k flowKey) uint64 {
+	return maphash.Comparable(t.seed, flatKey{k.lo.Addr().As16(), k.hi.Addr().As16(), k.lo.Port(), k.hi.Port()})
+}
+
+// get returns the flow of k (nil when none) and k's hash, for put.
+func (t *flowTable) get(k flowKey) (*flow, uint64) {
+	h := t.hash(k)
+	return t.lookup(k, h), h
+}
+
+// lookup returns the flow of k, whose hash is h.
+func (t *flowTable) lookup(k flowKey, h uint64) *flow {
+	f := t.m[h]
+	if f != nil && f.key == k {
+		return f
+	}
+	if len(t.spill) > 0 {
+		return t.spill[k]
+	}
+	return nil
+}
+
+// put adds f, whose key hashes to h and is not in the table.
+func (t *flowTable) put(f *flow, h uint64) {
+	f.hash = h
+	if _, taken := t.m[h]; !taken {
+		t.m[h] = f
+		return
+	}
+	if t.spill == nil {
+		t.spill = map[flowKey]*flow{}
+	}
+	t.spill[f.key] = f
+}
+
+// del removes f.
+func (t *flowTable) del(f *flow) {
+	if t.m[f.hash] == f {
+		delete(t.m, f.hash)
+		return
+	}
+	delete(t.spill, f.key)
+}
+
+func (t *flowTable) len() int { return len(t.m) + len(t.spill) }
+
+// rebuilt returns a copy of t in maps sized to what it holds now (Go maps
+// keep their peak size when entries are deleted).
+func (t *flowTable) rebuilt(min int) flowTable {
+	n := flowTable{m: make(map[uint64]*flow, max(len(t.m), min)), seed: t.seed}
+	for h, f := range t.m {
+		n.m[h] = f
+	}
+	if len(t.spill) > 0 {
+		n.spill = make(map[flowKey]*flow, len(t.spill))
+		for k, f := range t.spill {
+			n.spill[k] = f
+		}
+	}
+	return n
+}
