@@ -171,6 +171,9 @@ type Agent struct {
 type worker struct {
 	mu sync.Mutex
 	sn *sniffer.Sniffer
+	// held: the worker's goroutine holds mu for the batch it is handing
+	// over (see packet); only that goroutine reads or writes it.
+	held bool
 }
 
 // New builds an agent; nothing runs until Run. On error it closes what it
@@ -432,7 +435,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info("capture starting", "interfaces", a.cfg.Ifaces, "workers", len(a.workers),
 		"buffer_budget_bytes", budget, "buffer_budget_from", from)
-	capErr := a.capt.Run(ctx, a.packet)
+	capErr := a.capt.RunBatches(ctx, a.packet, a.batchEnd)
 
 	// Drain: capture has stopped; flush flows, then logs, then sinks.
 	stopTails()
@@ -481,15 +484,28 @@ func (a *Agent) drainContext(d time.Duration) (context.Context, context.CancelFu
 // errAborted is the cause of a drain cut short by Config.Abort.
 var errAborted = errors.New("agent: stopped at once")
 
-// packet is the capture callback, on worker i's goroutine. A panic is
-// recovered (and logged) by the capture worker, which drops the packet and
-// keeps capturing; parseErrors counts it in the metrics. The deferred
-// unlock keeps the worker's sniffer usable after one.
+// packet is the capture callback, on worker i's goroutine. It takes the
+// worker's lock at the first packet of a batch and keeps it until
+// batchEnd, once the capture has handed over the batch (up to a ring
+// block's packets): one lock and unlock per block, not per packet. A panic
+// is recovered (and logged) by the capture worker, which drops the packet
+// and keeps capturing; parseErrors counts it in the metrics. The lock is
+// still released by batchEnd after one, so the sniffer stays usable.
 func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
 	w := a.workers[i]
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	if !w.held {
+		w.mu.Lock()
+		w.held = true
+	}
 	w.sn.Packet(ts, link, data)
+}
+
+// batchEnd releases what packet took for worker i's batch.
+func (a *Agent) batchEnd(i int) {
+	if w := a.workers[i]; w.held {
+		w.held = false
+		w.mu.Unlock()
+	}
 }
 
 // parseErrors reports, at scrape time, the workers' sniffer errors by

@@ -61,6 +61,7 @@ func BenchmarkHandshakePath(b *testing.B) {
 		for _, p := range pkts {
 			a.packet(0, p.ts.Add(shift), sniffer.LinkEthernet, p.data)
 		}
+		a.batchEnd(0)
 		round++
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(round*len(res)), "ns/handshake")

@@ -411,6 +411,16 @@ type Handler func(worker int, ts time.Time, linkType int, data []byte)
 // before the stop are delivered, then closes all rings and returns. Run may
 // be called once.
 func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time, linkType int, data []byte)) error {
+	return c.RunBatches(ctx, handle, nil)
+}
+
+// RunBatches is Run that also calls batchEnd(worker) on the worker's
+// goroutine after each pass over its rings that delivered packets: at most
+// readBudget (256) packets from each ring, usually what one ring block
+// held. A handler can then take a lock once per batch instead of once per
+// packet, and release it in batchEnd (a handler's panic is recovered per
+// packet; batchEnd still follows). nil batchEnd is Run.
+func (c *Capture) RunBatches(ctx context.Context, handle Handler, batchEnd func(worker int)) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
@@ -422,7 +432,7 @@ func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time,
 	defer wcancel()
 	var wg sync.WaitGroup
 	for _, w := range c.workers {
-		wg.Go(func() { w.run(wctx, handle) })
+		wg.Go(func() { w.run(wctx, handle, batchEnd) })
 	}
 	var linkErr error
 	if !c.any {

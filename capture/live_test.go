@@ -589,3 +589,73 @@ func TestTPacketFD(t *testing.T) {
 		t.Fatalf("fd %d, %v", fd, err)
 	}
 }
+
+// TestRunBatches: batchEnd follows every pass that delivered packets, on
+// the worker's own goroutine (no call of handle runs between a packet and
+// its batch's end on another worker's behalf), and no batch ends empty.
+func TestRunBatches(t *testing.T) {
+	testenv.NeedRoot(t)
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	c, err := New(Config{Ifaces: []string{"lo"}, Ports: []uint16{port(pc.LocalAddr())}, Workers: 2})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	var (
+		mu      sync.Mutex
+		open    [2]int // packets of each worker's batch not yet ended
+		packets atomic.Int64
+		batches atomic.Int64
+		bad     atomic.Value
+	)
+	handle := func(w int, _ time.Time, _ int, _ []byte) {
+		mu.Lock()
+		open[w]++
+		mu.Unlock()
+		packets.Add(1)
+	}
+	end := func(w int) {
+		mu.Lock()
+		if open[w] == 0 {
+			bad.Store(fmt.Sprintf("worker %d: a batch ended with no packet", w))
+		}
+		open[w] = 0
+		mu.Unlock()
+		batches.Add(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.RunBatches(ctx, handle, end) }()
+	conn, err := net.Dial("udp4", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const n = 300
+	for i := range n {
+		conn.Write(binary.BigEndian.AppendUint32(nil, uint32(i)))
+	}
+	waitFor(t, "datagrams", 5*time.Second, func() bool { return packets.Load() >= n })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("RunBatches: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("RunBatches did not return after cancel")
+	}
+	if v := bad.Load(); v != nil {
+		t.Fatal(v)
+	}
+	if open != [2]int{} {
+		t.Errorf("packets after the last batch end: %v", open)
+	}
+	if b := batches.Load(); b < 1 || b > packets.Load() {
+		t.Errorf("%d batches for %d packets", b, packets.Load())
+	}
+	t.Logf("%d packets in %d batches", packets.Load(), batches.Load())
+}

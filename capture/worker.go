@@ -91,7 +91,7 @@ func (w *worker) control() {
 
 // run is the worker loop: drain every ring (up to readBudget packets each),
 // and wait for a nudge (or PollTimeout) when none had anything.
-func (w *worker) run(ctx context.Context, handle Handler) {
+func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker int)) {
 	w.control()
 	timer := time.NewTimer(w.c.cfg.PollTimeout)
 	defer timer.Stop()
@@ -112,6 +112,9 @@ func (w *worker) run(ctx context.Context, handle Handler) {
 			}
 		}
 		if got {
+			if batchEnd != nil {
+				batchEnd(w.id)
+			}
 			nudged, empty = false, 0
 			w.control()
 			continue
