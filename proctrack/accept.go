@@ -51,7 +51,7 @@ type AcceptStats struct {
 	Events       uint64 // accept events read from the ring buffer
 	Evictions    uint64 // accepts evicted from the index to respect its bound (a generation at a time)
 	Replaced     uint64 // accepts followed by a later one of the same addresses in the same generation (a reused client port)
-	RingDrops    uint64 // events the kernel dropped: the ring buffer was full
+	RingDrops    uint64 // events the kernel dropped (the ring buffer was full), and any skipped past a record header no kernel writes
 	ReadFailures uint64 // accepts whose socket the kernel program could not read
 	Entries      int    // accepts in the index now
 }

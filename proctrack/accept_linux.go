@@ -14,7 +14,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -54,7 +53,7 @@ func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
 		}
 		k.links = append(k.links, l)
 	}
-	if k.rd, err = ringbuf.NewReader(k.objs.Events); err != nil {
+	if k.ring, err = newRingReader(k.objs.Events.FD(), int(k.objs.Events.MaxEntries())); err != nil {
 		return nil, fmt.Errorf("proctrack: accept events: ring buffer: %w", err)
 	}
 	if k.watchFile, err = pollableDup(k.objs.Events.FD()); err != nil {
@@ -130,7 +129,7 @@ func clockOffset() int64 {
 type acceptLoaded struct {
 	objs  acceptObjects
 	links []link.Link
-	rd    *ringbuf.Reader
+	ring  *ringReader
 	done  chan struct{} // closed when watch returns
 	once  sync.Once
 
@@ -144,7 +143,7 @@ type acceptLoaded struct {
 
 	mu         sync.Mutex // serialises drains
 	closed     bool       // under mu: the reader is closed
-	rec        ringbuf.Record
+	skipped    uint64     // under mu: events skipped past an impossible record header
 	a          *Accepts
 	nextOffset time.Time
 }
@@ -200,18 +199,15 @@ func (k *acceptLoaded) drainLocked() int {
 	if k.closed {
 		return -1
 	}
-	k.rd.SetDeadline(time.Unix(1, 0)) // in the past: ReadInto never blocks
 	n := 0
-	for {
-		if err := k.rd.ReadInto(&k.rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) {
-				return -1
-			}
-			break // os.ErrDeadlineExceeded: the ring is empty
-		}
-		if k.add(k.rec.RawSample) {
+	if _, err := k.ring.read(func(b []byte) {
+		if k.add(b) {
 			n++
 		}
+	}); err != nil {
+		// A header no kernel writes: give up what the ring holds, counted
+		// with the drops, rather than read garbage.
+		k.skipped += k.ring.skip()
 	}
 	if now := time.Now(); now.After(k.nextOffset) {
 		k.a.offset.Store(clockOffset())
@@ -251,15 +247,18 @@ func (k *acceptLoaded) add(b []byte) bool {
 func (k *acceptLoaded) sync() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.rd.AvailableBytes() == 0 {
+	if k.closed || k.ring.available() == 0 {
 		return false
 	}
 	return k.drainLocked() > 0
 }
 
 func (k *acceptLoaded) counters() (drops, readFailures uint64) {
+	k.mu.Lock()
+	drops = k.skipped
+	k.mu.Unlock()
 	if k.objs.Counters == nil {
-		return 0, 0
+		return drops, 0
 	}
 	var per []uint64
 	if k.objs.Counters.Lookup(uint32(0), &per) == nil {
@@ -287,10 +286,10 @@ func (k *acceptLoaded) close() error {
 				<-k.done
 			}
 		}
-		if k.rd != nil {
+		if k.ring != nil {
 			k.mu.Lock()
 			k.closed = true
-			err = errors.Join(err, k.rd.Close())
+			err = errors.Join(err, k.ring.close())
 			k.mu.Unlock()
 		}
 		err = errors.Join(err, k.objs.Close())
