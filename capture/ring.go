@@ -10,7 +10,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/gopacket/gopacket/afpacket"
 	"github.com/vishvananda/netns"
@@ -25,6 +24,9 @@ type ring struct {
 	tp       *afpacket.TPacket
 	fd       int
 	linkType int
+	// rd reads the ring (afpacket.TPacket set it up; its reader is not
+	// used: see blockReader).
+	rd *blockReader
 
 	mu     sync.Mutex
 	closed bool
@@ -73,17 +75,18 @@ func (r *ring) watch(nudge func(), idle func() bool) {
 		check := false // poll before waiting: after a wakeup only
 		for {
 			first := true
-			// No ordinary system call here: the first one after the
-			// runtime's sysmon thread went to deep sleep wakes it and has
-			// it poll every 20 µs while the worker parses the block, which
-			// cost more than the parsing (readableNow is a raw one). A
-			// pending socket error is cleared by the worker when nudges
-			// find nothing to read (clearError).
+			// No system call here: the first one after the runtime's
+			// sysmon thread went to deep sleep wakes it and has it poll
+			// every 20 µs while the worker parses the block, which cost
+			// more than the parsing (whether the block is ready is a load
+			// from its header, blockReader.ready). A pending socket error
+			// is cleared by the worker when nudges find nothing to read
+			// (clearError).
 			polled := false
 			err := rc.Read(func(fd uintptr) bool {
 				if first {
 					first = false
-					if check && idle() && readableNow(int(fd)) {
+					if check && idle() && r.rd.ready() {
 						polled = true
 						return true
 					}
@@ -101,15 +104,6 @@ func (r *ring) watch(nudge func(), idle func() bool) {
 			nudge()
 		}
 	}()
-}
-
-// readableNow polls fd once without waiting: a retired block is ready
-// (POLLIN; a pending error alone is not). A raw system call (no sysmon).
-func readableNow(fd int) bool {
-	pfd := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	var ts unix.Timespec
-	n, _, e := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-	return e == 0 && n > 0 && pfd[0].Revents&unix.POLLIN != 0
 }
 
 // clearError clears a pending socket error (ENETDOWN when the link goes
@@ -143,8 +137,9 @@ func (r *ring) close() {
 	if !r.closed {
 		r.closed = true
 		if r.watchFile != nil {
-			r.watchFile.Close()
+			r.watchFile.Close() // waits for a watcher inside its callback (ready reads the mapping)
 		}
+		r.rd.close()
 		r.tp.Close()
 	}
 }
@@ -245,7 +240,12 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 				tp.Close()
 				return err
 			}
-			g.rings = append(g.rings, &ring{tp: tp, fd: fd, linkType: g.linkType})
+			rd, err := newBlockReader(fd, o.blockSize, o.numBlocks)
+			if err != nil {
+				tp.Close()
+				return fmt.Errorf("capture: %s: %w", name, err)
+			}
+			g.rings = append(g.rings, &ring{tp: tp, fd: fd, linkType: g.linkType, rd: rd})
 		}
 		return nil
 	})

@@ -103,12 +103,12 @@ func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker i
 				if w.c.stopping.Load() {
 					break
 				}
-				data, ci, err := r.tp.ZeroCopyReadPacketData()
-				if err != nil {
-					break // ErrTimeout: nothing ready
+				data, ts, ok := r.rd.read()
+				if !ok {
+					break // nothing ready
 				}
 				got = true
-				w.deliver(handle, ci.Timestamp, r.linkType, data)
+				w.deliver(handle, ts, r.linkType, data)
 			}
 		}
 		if got {
@@ -154,7 +154,7 @@ func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker i
 // readable says whether a ring has a block ready.
 func (w *worker) readable() bool {
 	for _, r := range w.rings {
-		if readableNow(r.fd) {
+		if r.rd.ready() {
 			return true
 		}
 	}
