@@ -419,8 +419,7 @@ func (r *procReader) probe(st *swapState) bool {
 			// A pid file renamed to .oldbin is a swap starting (or one
 			// that failed before its new master ran).
 			if g := p.gen; g != nil && g.key == p.key && g.ident.pidFile != "" {
-				_, err := os.Stat(r.path(pid, "root") + g.ident.pidFile + ".oldbin")
-				if (err == nil) != g.oldbinSeen {
+				if rawExists(r.path(pid, "root")+g.ident.pidFile+".oldbin") != g.oldbinSeen {
 					return false
 				}
 			}
@@ -493,7 +492,7 @@ func (r *procReader) readFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	defer syscall.Close(fd)
-	b, err := r.pread(fd)
+	b, err := r.pread(fd, false)
 	if err != nil {
 		return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 	}
@@ -518,7 +517,7 @@ const maxOpenProcFiles = 1024
 func (r *procReader) readProc(pid int, name string, keep bool) ([]byte, error) {
 	k := procFile{pid, name}
 	if fd, ok := r.open[k]; ok {
-		b, err := r.pread(fd)
+		b, err := r.pread(fd, name == "stat" || name == "children")
 		if err == nil && (len(b) > 0 || name == "children") {
 			return b, nil
 		}
@@ -536,7 +535,7 @@ func (r *procReader) readProc(pid int, name string, keep bool) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := r.pread(fd)
+	b, err := r.pread(fd, false)
 	if err != nil {
 		syscall.Close(fd)
 		return nil, err
@@ -549,7 +548,13 @@ func (r *procReader) readProc(pid int, name string, keep bool) ([]byte, error) {
 }
 
 // pread reads a whole /proc file from offset 0 into the reusable buffer.
-func (r *procReader) pread(fd int) ([]byte, error) {
+// raw makes the reads raw system calls, for files whose read never blocks
+// (a process's stat and children: task fields under RCU, no lock of its
+// memory map): the probe reads them every second, and an ordinary system
+// call, the first since the Go runtime's sysmon thread went to deep sleep,
+// wakes it and has it poll every 20 µs for a while, which cost more than
+// the probe.
+func (r *procReader) pread(fd int, raw bool) ([]byte, error) {
 	b := r.buf[:0]
 	for {
 		if len(b) == cap(b) {
@@ -558,7 +563,13 @@ func (r *procReader) pread(fd int) ([]byte, error) {
 			}
 			b = slices.Grow(b, cap(b))
 		}
-		n, err := syscall.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		var n int
+		var err error
+		if raw {
+			n, err = rawPread(fd, b[len(b):cap(b)], int64(len(b)))
+		} else {
+			n, err = syscall.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		}
 		if err == syscall.EINTR {
 			continue
 		}
