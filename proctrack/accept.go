@@ -44,6 +44,9 @@ type AcceptConfig struct {
 type Accept struct {
 	TGID, TID int
 	Time      time.Time
+	// seq is the put of the index's recent ring it came from (0: from the
+	// generations): Claim's handle.
+	seq uint64
 }
 
 // AcceptStats are the accept events' counters.
@@ -51,6 +54,7 @@ type AcceptStats struct {
 	Events       uint64 // accept events read from the ring buffer
 	Evictions    uint64 // accepts evicted from the index to respect its bound (a generation at a time)
 	Replaced     uint64 // accepts followed by a later one of the same addresses in the same generation (a reused client port)
+	Claimed      uint64 // accepts whose record was attributed while they were among the newest (they leave the index then)
 	RingDrops    uint64 // events the kernel dropped (the ring buffer was full), and any skipped past a record header no kernel writes
 	ReadFailures uint64 // accepts whose socket the kernel program could not read
 	Entries      int    // accepts in the index now
@@ -98,23 +102,23 @@ func (a *Accepts) Lookup(client, server netip.AddrPort, notBefore time.Time) (Ac
 	if !notBefore.IsZero() {
 		nb = notBefore.UnixNano()
 	}
-	cur, prev, n := a.idx.get(acceptKeyOf(client, server), nb)
-	if n == 0 {
+	m := a.idx.lookup(acceptKeyOf(client, server), nb)
+	if m.n == 0 {
 		return Accept{}, false
 	}
 	if nb == 0 {
-		return cur.accept(), true
+		return m.accept(0), true
 	}
 	syn := nb + int64(acceptMargin)
-	curOK := cur.unixNano >= nb
-	prevOK := n == 2 && prev.unixNano >= nb
-	if prevOK && (!curOK || absDiff(prev.unixNano, syn) < absDiff(cur.unixNano, syn)) {
-		return prev.accept(), true
+	curOK := m.e[0].unixNano >= nb
+	prevOK := m.n == 2 && m.e[1].unixNano >= nb
+	if prevOK && (!curOK || absDiff(m.e[1].unixNano, syn) < absDiff(m.e[0].unixNano, syn)) {
+		return m.accept(1), true
 	}
 	if !curOK {
 		return Accept{}, false
 	}
-	return cur.accept(), true
+	return m.accept(0), true
 }
 
 func absDiff(a, b int64) int64 {
@@ -127,11 +131,22 @@ func absDiff(a, b int64) int64 {
 // Stats returns the counters.
 func (a *Accepts) Stats() AcceptStats {
 	var s AcceptStats
-	s.Events, s.Evictions, s.Replaced, s.Entries = a.idx.stats()
+	s.Events, s.Evictions, s.Replaced, s.Claimed, s.Entries = a.idx.stats()
 	if a.kernel != nil {
 		s.RingDrops, s.ReadFailures = a.kernel.counters()
 	}
 	return s
+}
+
+// Claim says the record of e's connection was attributed: an accept
+// still among the newest leaves the index, so it is never moved to the
+// generations (most accepts are claimed within milliseconds; moving them
+// was a cache miss per accept). Claim only an accept whose record needs
+// it no more: a second Lookup of the connection misses.
+func (a *Accepts) Claim(e Accept) {
+	if e.seq != 0 {
+		a.idx.claim(e.seq)
+	}
 }
 
 // Close detaches the program and releases its maps, the ring buffer reader
@@ -174,7 +189,22 @@ func acceptKeyOf(client, server netip.AddrPort) acceptKey {
 // to some 10 MB, cost about a microsecond per accept in cache and TLB
 // misses and page faults at 600 accepts a second).
 type acceptIndex struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// recent holds the newest accepts in put order (slot seq%len): a
+	// lookup looks there first, and an accept claimed there (its record
+	// attributed) never reaches the generations; the others move there
+	// when their slot is reused. Most records are attributed
+	// milliseconds after their accept, so most accepts never cost a put
+	// into a cold map, and most lookups read lines just written.
+	recent []recentSlot
+	hashes []uint64 // recent[i]'s addresses' hash
+	// heads maps a hash's low bits to the latest put with such a hash
+	// (twice the ring's slots, 16 kB at the default bound: it stays in
+	// the CPU's caches), and each slot links to the put that was its
+	// bucket's head before it: a chained hash table over the ring, so a
+	// lookup reads a head and a slot or two.
+	heads    []uint64
+	claimed  uint64
 	gens     []acceptGen
 	cur      int // the newest generation
 	genSize  int
@@ -195,6 +225,48 @@ type acceptGen struct {
 // acceptGens is how many generations an index keeps (fewer when its bound
 // is smaller).
 const acceptGens = 16
+
+// recentSlot is one accept of the recent ring (its hash in hashes).
+type recentSlot struct {
+	seq uint64 // the put that wrote it, from 1; 0: empty
+	// next is the put that was this slot's bucket's head before it (any
+	// hash; puts only decrease along a chain, which ends at the first
+	// that left the ring).
+	next    uint64
+	e       acceptEntry
+	claimed bool
+}
+
+// recentSize is the recent ring's length for an index bound of max: 1,024
+// accepts at the default bound (a third of a second at 3,000 accepts a
+// second, 56 kB), none below 4,096 (small indexes in tests are the
+// generations alone).
+func recentSize(max int) int {
+	if max < 4096 {
+		return 0
+	}
+	return min(1024, max/64)
+}
+
+// match is what a lookup found: up to two accepts of the addresses, the
+// latest first, with their recent-ring puts (0: from the generations).
+type match struct {
+	e   [2]acceptEntry
+	seq [2]uint64
+	n   int
+}
+
+func (m *match) add(e acceptEntry, seq uint64) bool {
+	m.e[m.n], m.seq[m.n] = e, seq
+	m.n++
+	return m.n == 2
+}
+
+func (m *match) accept(i int) Accept {
+	a := m.e[i].accept()
+	a.seq = m.seq[i]
+	return a
+}
 
 // acceptEntry is an Accept and, when the same addresses were accepted
 // twice within one generation (a reused client port), the one before:
@@ -226,19 +298,42 @@ func newAcceptIndex(max int) *acceptIndex {
 	if max <= 0 {
 		max = DefaultMaxAccepts
 	}
-	n := min(acceptGens, max)
-	x := &acceptIndex{gens: make([]acceptGen, n), genSize: (max + n - 1) / n, seed: maphash.MakeSeed()}
+	r := recentSize(max)
+	n := min(acceptGens, max-r)
+	x := &acceptIndex{recent: make([]recentSlot, r), hashes: make([]uint64, r), heads: make([]uint64, 2*r), gens: make([]acceptGen, n), genSize: (max - r + n - 1) / n, seed: maphash.MakeSeed()}
 	x.gens[0].m = make(map[uint64]acceptEntry, x.genSize)
 	return x
 }
 
 // capacity is the most entries the index holds: its bound, rounded up to
 // whole generations.
-func (x *acceptIndex) capacity() int { return len(x.gens) * x.genSize }
+func (x *acceptIndex) capacity() int { return len(x.recent) + len(x.gens)*x.genSize }
 
 func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
+	h := maphash.Comparable(x.seed, k)
 	x.mu.Lock()
 	x.seq++
+	x.entries++
+	if len(x.recent) > 0 {
+		i := x.seq % uint64(len(x.recent))
+		sl := &x.recent[i]
+		if sl.seq != 0 && !sl.claimed {
+			x.putGen(x.hashes[i], sl.e)
+		}
+		*sl = recentSlot{seq: x.seq, e: e}
+		x.hashes[i] = h
+		hd := &x.heads[h&uint64(len(x.heads)-1)]
+		sl.next = *hd
+		*hd = x.seq
+	} else {
+		x.putGen(h, e)
+	}
+	x.mu.Unlock()
+}
+
+// putGen adds an accept, counted in entries already, to the newest
+// generation. Under mu.
+func (x *acceptIndex) putGen(h uint64, e acceptEntry) {
 	g := &x.gens[x.cur]
 	if len(g.m) >= x.genSize {
 		x.cur = (x.cur + 1) % len(x.gens)
@@ -251,25 +346,62 @@ func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
 		clear(g.m)
 		g.latest = 0
 	}
-	h := maphash.Comparable(x.seed, k)
 	if old, ok := g.m[h]; ok {
 		x.replaced++
+		x.entries--
 		e.prevTGID, e.prevTID, e.prevNano = old.tgid, old.tid, old.unixNano
-	} else {
-		x.entries++
 	}
 	g.m[h] = e
 	g.latest = max(g.latest, e.unixNano)
-	x.mu.Unlock()
+}
+
+// lookup returns the latest two accepts of k (the generations' get),
+// from the recent ring first.
+func (x *acceptIndex) lookup(k acceptKey, notBefore int64) match {
+	h := maphash.Comparable(x.seed, k)
+	var m match
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r := uint64(len(x.recent)); r > 0 {
+		for seq := x.heads[h&uint64(len(x.heads)-1)]; x.inRing(seq); seq = x.recent[seq%r].next {
+			if x.hashes[seq%r] != h {
+				continue
+			}
+			if sl := &x.recent[seq%r]; !sl.claimed && (m.add(sl.e, seq) || notBefore == 0) {
+				return m
+			}
+		}
+	}
+	// Accepts older than the ring's are in the generations.
+	cur, prev, n := x.get(h, notBefore)
+	if n > 0 && !m.add(cur, 0) && n == 2 {
+		m.add(prev, 0)
+	}
+	return m
+}
+
+// inRing says whether put seq is still in the recent ring.
+func (x *acceptIndex) inRing(seq uint64) bool {
+	return seq != 0 && seq+uint64(len(x.recent)) > x.seq
+}
+
+// claim takes the recent accept of put seq out of the index.
+func (x *acceptIndex) claim(seq uint64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r := uint64(len(x.recent)); r > 0 {
+		if sl := &x.recent[seq%r]; sl.seq == seq && !sl.claimed {
+			sl.claimed = true
+			x.claimed++
+			x.entries--
+		}
+	}
 }
 
 // get returns the latest accept of k and the one before it (n of them
 // found, at most 2), newest generation first; with notBefore (Unix ns)
 // set, generations whose latest accept is older are skipped.
-func (x *acceptIndex) get(k acceptKey, notBefore int64) (cur, prev acceptEntry, n int) {
-	h := maphash.Comparable(x.seed, k)
-	x.mu.Lock()
-	defer x.mu.Unlock()
+func (x *acceptIndex) get(h uint64, notBefore int64) (cur, prev acceptEntry, n int) {
 	for i := range x.gens {
 		g := &x.gens[(x.cur-i+len(x.gens))%len(x.gens)]
 		if g.m == nil || notBefore != 0 && g.latest < notBefore {
@@ -294,8 +426,8 @@ func (x *acceptIndex) get(k acceptKey, notBefore int64) (cur, prev acceptEntry, 
 	return cur, prev, n
 }
 
-func (x *acceptIndex) stats() (puts, evicted, replaced uint64, entries int) {
+func (x *acceptIndex) stats() (puts, evicted, replaced, claimed uint64, entries int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.seq, x.evicted, x.replaced, x.entries
+	return x.seq, x.evicted, x.replaced, x.claimed, x.entries
 }

@@ -139,10 +139,14 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 	if !ok {
 		return nil, acceptMiss
 	}
+	// Found: the record is attributed to g (now, or by Run once the
+	// tracker is free), so the accept is claimed.
 	if g, ok := x.generationOf(e.TGID); ok {
+		a.Claim(e)
 		return g, acceptFound
 	}
 	if g, ok := x.rememberedGeneration(e.TGID); ok {
+		a.Claim(e)
 		return g, acceptFound
 	}
 	x.rescanSoon()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net"
@@ -302,8 +303,8 @@ func TestAcceptIndexFlood(t *testing.T) {
 	}
 	// Every accept indexed is still there, evicted, or replaced by a
 	// later one of the same addresses (loopback reuses TIME_WAIT ports).
-	if s.Evictions+s.Replaced+uint64(s.Entries) != s.Events || s.Evictions == 0 {
-		t.Errorf("%d evictions + %d replaced + %d entries != %d events", s.Evictions, s.Replaced, s.Entries, s.Events)
+	if s.Evictions+s.Replaced+s.Claimed+uint64(s.Entries) != s.Events || s.Evictions == 0 {
+		t.Errorf("%d evictions + %d replaced + %d claimed + %d entries != %d events", s.Evictions, s.Replaced, s.Claimed, s.Entries, s.Events)
 	}
 }
 
@@ -390,4 +391,133 @@ pqwatch_attributions_total{method="socket"} 0
 	if src, reason := off.AttributionSource(); src != SourceFallback || reason == "" {
 		t.Errorf("switched off: source %q reason %q", src, reason)
 	}
+}
+
+// TestAcceptRecentRing: at a bound with a recent ring (the default's
+// kind), lookups find the newest accepts there, a claimed accept leaves
+// the index, the unclaimed ones move to the generations when their slot is
+// reused and are still found there, a reused client port answers each
+// connection with its own accept across the two, and every accept is
+// counted once: in the index, claimed, replaced or evicted.
+func TestAcceptRecentRing(t *testing.T) {
+	const bound = 1 << 16
+	a := &Accepts{idx: newAcceptIndex(bound)}
+	r := len(a.idx.recent)
+	if r != 1024 {
+		t.Fatalf("recent ring of %d at bound %d, want 1024", r, bound)
+	}
+	server := netip.MustParseAddrPort("10.0.0.1:443")
+	cl := func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), uint16(20000+i%30000))
+	}
+	at := func(i int) uint64 { return uint64(time.Second) + uint64(i)*uint64(time.Millisecond) }
+	syn := func(i int) time.Time { return time.Unix(0, int64(at(i))-int64(time.Millisecond)).Add(-acceptMargin) }
+	a.add(server, cl(0), 100, 100, at(0))
+	e, ok := a.Lookup(cl(0), server, syn(0))
+	if !ok || e.TGID != 100 || e.seq == 0 {
+		t.Fatalf("newest accept: %+v %v, want tgid 100 from the ring", e, ok)
+	}
+	a.Claim(e)
+	if _, ok := a.Lookup(cl(0), server, syn(0)); ok {
+		t.Fatal("a claimed accept was found again")
+	}
+	if st := a.Stats(); st.Claimed != 1 || st.Entries != 0 || st.Events != 1 {
+		t.Fatalf("after one claim: %+v", st)
+	}
+
+	// Fill past the ring: the first unclaimed accepts move to the
+	// generations and are found there (no ring handle), and Claim of such
+	// an accept changes nothing.
+	for i := 1; i <= r+10; i++ {
+		a.add(server, cl(i), uint32(100+i), uint32(100+i), at(i))
+	}
+	e, ok = a.Lookup(cl(1), server, syn(1))
+	if !ok || e.TGID != 101 || e.seq != 0 {
+		t.Fatalf("an accept moved to the generations: %+v %v", e, ok)
+	}
+	a.Claim(e)
+	e, ok = a.Lookup(cl(r+10), server, syn(r+10))
+	if !ok || e.TGID != 100+r+10 || e.seq == 0 {
+		t.Fatalf("the newest accept: %+v %v", e, ok)
+	}
+	if _, ok := a.Lookup(cl(r+10), server, time.Unix(100, 0)); ok {
+		t.Fatal("an accept older than notBefore matched")
+	}
+	if e, ok := a.Lookup(cl(5), server, time.Time{}); !ok || e.TGID != 105 {
+		t.Fatalf("without notBefore: %+v %v", e, ok)
+	}
+
+	// A client port reused 2 s later: one accept in the generations, one
+	// in the ring; each connection's record finds its own.
+	rc := netip.MustParseAddrPort("10.9.0.2:5000")
+	syn1 := time.Unix(50, 0)
+	a.add(server, rc, 11, 11, uint64(syn1.Add(time.Millisecond).UnixNano()))
+	for i := range r {
+		a.add(server, cl(40000+i), 7, 7, uint64(syn1.Add(time.Second+time.Duration(i)*time.Microsecond).UnixNano()))
+	}
+	syn2 := syn1.Add(2 * time.Second)
+	a.add(server, rc, 22, 22, uint64(syn2.Add(time.Millisecond).UnixNano()))
+	for _, tc := range []struct {
+		syn  time.Time
+		tgid int
+	}{{syn1, 11}, {syn2, 22}} {
+		if e, ok := a.Lookup(rc, server, tc.syn.Add(-acceptMargin)); !ok || e.TGID != tc.tgid {
+			t.Errorf("SYN at %v: %+v %v, want tgid %d", tc.syn, e, ok, tc.tgid)
+		}
+	}
+	// Both in the ring.
+	a.add(server, rc, 33, 33, uint64(syn2.Add(10*time.Millisecond).UnixNano()))
+	if e, ok := a.Lookup(rc, server, syn2.Add(-acceptMargin)); !ok || e.TGID != 22 {
+		t.Errorf("two accepts in the ring, SYN of the first: %+v %v, want tgid 22", e, ok)
+	}
+	if e, ok := a.Lookup(rc, server, syn2.Add(10*time.Millisecond-acceptMargin)); !ok || e.TGID != 33 {
+		t.Errorf("two accepts in the ring, SYN of the second: %+v %v, want tgid 33", e, ok)
+	}
+
+	// Two address pairs whose hashes share a head: the later one's head
+	// hides the earlier's, which a scan still finds, and a reuse of the
+	// earlier pair after it (a link left unknown) still answers each
+	// connection with its own accept.
+	x := a.idx
+	mask := uint64(len(x.heads) - 1)
+	pa := netip.MustParseAddrPort("10.7.0.1:4000")
+	ha := maphash.Comparable(x.seed, acceptKeyOf(pa, server))
+	var pb netip.AddrPort
+	for i := 1; ; i++ {
+		pb = netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 8, byte(i >> 8), byte(i)}), 4000)
+		if maphash.Comparable(x.seed, acceptKeyOf(pb, server))&mask == ha&mask {
+			break
+		}
+	}
+	t0 := time.Unix(80, 0)
+	a.add(server, pa, 41, 41, uint64(t0.UnixNano()))
+	a.add(server, pb, 42, 42, uint64(t0.Add(time.Millisecond).UnixNano()))
+	if e, ok := a.Lookup(pa, server, t0.Add(-acceptMargin)); !ok || e.TGID != 41 || e.seq == 0 {
+		t.Errorf("behind another pair's head: %+v %v, want tgid 41 from the ring", e, ok)
+	}
+	a.add(server, pa, 43, 43, uint64(t0.Add(20*time.Millisecond).UnixNano()))
+	if e, ok := a.Lookup(pa, server, t0.Add(-acceptMargin)); !ok || e.TGID != 41 {
+		t.Errorf("reuse after another pair's head, first SYN: %+v %v, want tgid 41", e, ok)
+	}
+	if e, ok := a.Lookup(pa, server, t0.Add(20*time.Millisecond-acceptMargin)); !ok || e.TGID != 43 {
+		t.Errorf("reuse after another pair's head, second SYN: %+v %v, want tgid 43", e, ok)
+	}
+	if e, ok := a.Lookup(pb, server, time.Time{}); !ok || e.TGID != 42 {
+		t.Errorf("the other pair: %+v %v", e, ok)
+	}
+
+	// Every accept counted once, with claims along the way.
+	for i := range 200000 {
+		a.add(server, cl(i), 1, 1, at(3000+i))
+		if i%3 == 0 {
+			if e, ok := a.Lookup(cl(i), server, time.Time{}); ok {
+				a.Claim(e)
+			}
+		}
+	}
+	st := a.Stats()
+	if st.Evictions+st.Replaced+st.Claimed+uint64(st.Entries) != st.Events || st.Entries > a.idx.capacity() || a.idx.capacity() > bound+acceptGens {
+		t.Errorf("%+v: entries + claimed + replaced + evicted != events, or past the bound %d (capacity %d)", st, bound, a.idx.capacity())
+	}
+	t.Logf("%+v", st)
 }
