@@ -95,8 +95,9 @@ func (a *Accepts) sync() bool {
 // finds its own accept. With notBefore zero, the latest.
 //
 // It sees what was read from the kernel's ring: the ring is drained every
-// 10 s and in bursts by its watcher, and at once by the attribution (a
-// record that misses, and the tracker's Tick, every second).
+// 10 s and in bursts by its watcher, every second by the tracker's Tick,
+// and by the attribution before each record's lookup (and again when that
+// misses).
 func (a *Accepts) Lookup(client, server netip.AddrPort, notBefore time.Time) (Accept, bool) {
 	var nb int64
 	if !notBefore.IsZero() {
