@@ -26,6 +26,7 @@ import (
 // struct tpacket3_hdr (tp_next_offset, tp_sec, tp_nsec, tp_snaplen, tp_mac).
 type blockReader struct {
 	mem       []byte
+	closed    atomic.Bool
 	blockSize int
 	nblocks   int
 
@@ -125,11 +126,12 @@ func (b *blockReader) read() (data []byte, ts time.Time, ok bool) {
 // tpAlign is TPACKET_ALIGN: 16-byte alignment.
 func tpAlign(n int) int { return (n + 15) &^ 15 }
 
+// close unmaps the ring; nothing may read it after (the ring's watcher has
+// returned, see ring.close). mem itself is left as it is: the watcher read
+// it last.
 func (b *blockReader) close() error {
-	if b.mem == nil {
+	if !b.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	err := unix.Munmap(b.mem)
-	b.mem = nil
-	return err
+	return unix.Munmap(b.mem)
 }

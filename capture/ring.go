@@ -35,6 +35,9 @@ type ring struct {
 	// watchFile is a non-blocking dup of fd registered with Go's network
 	// poller; its watcher goroutine ends when it is closed.
 	watchFile *os.File
+	// watchDone is closed when the watcher goroutine returns: close waits
+	// for it before unmapping the ring the watcher reads (ready).
+	watchDone chan struct{}
 }
 
 // watch starts the goroutine that calls nudge whenever the ring's socket
@@ -65,13 +68,16 @@ func (r *ring) watch(nudge func(), idle func() bool) {
 		} else {
 			r.mu.Lock()
 			r.watchFile = f
+			r.watchDone = make(chan struct{})
 			r.mu.Unlock()
 		}
 	}
 	if err != nil || rc == nil {
 		return // the worker's PollTimeout still drains the ring
 	}
+	done := r.watchDone
 	go func() {
+		defer close(done)
 		check := false // poll before waiting: after a wakeup only
 		for {
 			first := true
@@ -137,7 +143,8 @@ func (r *ring) close() {
 	if !r.closed {
 		r.closed = true
 		if r.watchFile != nil {
-			r.watchFile.Close() // waits for a watcher inside its callback (ready reads the mapping)
+			r.watchFile.Close()
+			<-r.watchDone // the watcher reads the mapping (ready): gone before it is unmapped
 		}
 		r.rd.close()
 		r.tp.Close()
