@@ -105,3 +105,29 @@ func TestBlockReader(t *testing.T) {
 		t.Fatalf("after a bad header: %q", got)
 	}
 }
+
+// BenchmarkBlockReader is the per-packet cost of reading a ring: blocks
+// of 64 packets of 300 bytes, each block handed back and retired again.
+func BenchmarkBlockReader(b *testing.B) {
+	f := newFakeBlocks(1<<16, 4)
+	pkt := string(make([]byte, 300))
+	pkts := make([]string, 64)
+	for i := range pkts {
+		pkts[i] = pkt
+	}
+	for i := range 4 {
+		f.retire(i, 1, false, pkts...)
+	}
+	n := 0
+	for b.Loop() {
+		if _, _, ok := f.b.read(); !ok {
+			// Every block was given back: hand them all over again.
+			for i := range 4 {
+				binary.LittleEndian.PutUint32(f.b.mem[i*f.b.blockSize+bdStatus:], unix.TP_STATUS_USER)
+			}
+			continue
+		}
+		n++
+	}
+	b.ReportMetric(float64(n)/float64(b.N), "packets/op")
+}
