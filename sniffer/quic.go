@@ -46,7 +46,9 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		if !c.ServerHelloTS.IsZero() && !c.FirstTS.IsZero() {
 			r.HandshakeRTTMicros = max(0, c.ServerHelloTS.Sub(c.FirstTS).Microseconds())
 		}
-		if err := s.sh.Parse(c.ServerHello); err != nil {
+		// QUIC carries TLS 1.3 only (RFC 9001 §4.2): a ServerHello that
+		// negotiates anything else parsed from noise, not from a server.
+		if err := s.sh.Parse(c.ServerHello); err != nil || s.sh.Version != tlsparse.VersionTLS13 {
 			s.errs[errServerHello]++
 			r.GroupMissing = record.GroupMissingUnknown
 			break
