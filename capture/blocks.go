@@ -34,6 +34,7 @@ type blockReader struct {
 	// worker, read by the watcher (ready).
 	next atomic.Uint32
 	held bool   // the worker holds block next (it is TP_STATUS_USER)
+	base int    // offset in mem of the held block
 	left uint32 // packets of the held block not read yet
 	off  int    // offset in mem of the next packet of the held block
 }
@@ -94,13 +95,11 @@ func (b *blockReader) read() (data []byte, ts time.Time, ok bool) {
 		if atomic.LoadUint32(b.status(cur))&tpStatusUsr == 0 {
 			return nil, time.Time{}, false
 		}
-		base := cur * b.blockSize
-		b.held = true
-		b.left = b.u32(base + bdNumPkts) // 0: a block retired empty, given back at once
-		b.off = base + int(b.u32(base+bdFirstPkt))
+		b.held, b.base = true, cur*b.blockSize
+		b.left = b.u32(b.base + bdNumPkts) // 0: a block retired empty, given back at once
+		b.off = b.base + int(b.u32(b.base+bdFirstPkt))
 	}
-	p := b.off
-	block := int(b.next.Load()) * b.blockSize
+	p, block := b.off, b.base
 	if p < block || p+phMac+2 > block+b.blockSize {
 		b.left = 0 // an offset no kernel writes: skip the rest of the block
 		return b.read()

@@ -198,7 +198,6 @@ type acceptIndex struct {
 	// milliseconds after their accept, so most accepts never cost a put
 	// into a cold map, and most lookups read lines just written.
 	recent []recentSlot
-	hashes []uint64 // recent[i]'s addresses' hash
 	// heads maps a hash's low bits to the latest put with such a hash
 	// (twice the ring's slots, 16 kB at the default bound: it stays in
 	// the CPU's caches), and each slot links to the put that was its
@@ -227,9 +226,10 @@ type acceptGen struct {
 // is smaller).
 const acceptGens = 16
 
-// recentSlot is one accept of the recent ring (its hash in hashes).
+// recentSlot is one accept of the recent ring: 64 bytes, a cache line.
 type recentSlot struct {
 	seq uint64 // the put that wrote it, from 1; 0: empty
+	h   uint64 // the addresses' hash
 	// next is the put that was this slot's bucket's head before it (any
 	// hash; puts only decrease along a chain, which ends at the first
 	// that left the ring).
@@ -240,7 +240,7 @@ type recentSlot struct {
 
 // recentSize is the recent ring's length for an index bound of max: 1,024
 // accepts at the default bound (a third of a second at 3,000 accepts a
-// second, 56 kB), none below 4,096 (small indexes in tests are the
+// second, 64 kB), none below 4,096 (small indexes in tests are the
 // generations alone).
 func recentSize(max int) int {
 	if max < 4096 {
@@ -301,7 +301,7 @@ func newAcceptIndex(max int) *acceptIndex {
 	}
 	r := recentSize(max)
 	n := min(acceptGens, max-r)
-	x := &acceptIndex{recent: make([]recentSlot, r), hashes: make([]uint64, r), heads: make([]uint64, 2*r), gens: make([]acceptGen, n), genSize: (max - r + n - 1) / n, seed: maphash.MakeSeed()}
+	x := &acceptIndex{recent: make([]recentSlot, r), heads: make([]uint64, 2*r), gens: make([]acceptGen, n), genSize: (max - r + n - 1) / n, seed: maphash.MakeSeed()}
 	x.gens[0].m = make(map[uint64]acceptEntry, x.genSize)
 	return x
 }
@@ -319,10 +319,9 @@ func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
 		i := x.seq % uint64(len(x.recent))
 		sl := &x.recent[i]
 		if sl.seq != 0 && !sl.claimed {
-			x.putGen(x.hashes[i], sl.e)
+			x.putGen(sl.h, sl.e)
 		}
-		*sl = recentSlot{seq: x.seq, e: e}
-		x.hashes[i] = h
+		*sl = recentSlot{seq: x.seq, h: h, e: e}
 		hd := &x.heads[h&uint64(len(x.heads)-1)]
 		sl.next = *hd
 		*hd = x.seq
@@ -365,10 +364,7 @@ func (x *acceptIndex) lookup(k acceptKey, notBefore int64) match {
 	defer x.mu.Unlock()
 	if r := uint64(len(x.recent)); r > 0 {
 		for seq := x.heads[h&uint64(len(x.heads)-1)]; x.inRing(seq); seq = x.recent[seq%r].next {
-			if x.hashes[seq%r] != h {
-				continue
-			}
-			if sl := &x.recent[seq%r]; !sl.claimed && (m.add(sl.e, seq) || notBefore == 0) {
+			if sl := &x.recent[seq%r]; sl.h == h && !sl.claimed && (m.add(sl.e, seq) || notBefore == 0) {
 				return m
 			}
 		}
