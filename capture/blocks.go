@@ -37,6 +37,9 @@ type blockReader struct {
 	base int    // offset in mem of the held block
 	left uint32 // packets of the held block not read yet
 	off  int    // offset in mem of the next packet of the held block
+	// skipped counts blocks whose rest was skipped past a packet header
+	// no kernel writes (the worker logs them; only it reads this).
+	skipped uint64
 }
 
 // Offsets in struct tpacket_block_desc (its tpacket_hdr_v1 at 8) and in
@@ -102,6 +105,7 @@ func (b *blockReader) read() (data []byte, ts time.Time, ok bool) {
 	p, block := b.off, b.base
 	if p < block || p+phMac+2 > block+b.blockSize {
 		b.left = 0 // an offset no kernel writes: skip the rest of the block
+		b.skipped++
 		return b.read()
 	}
 	mac, snap := int(*(*uint16)(unsafe.Pointer(&b.mem[p+phMac]))), int(b.u32(p+phSnaplen))
@@ -109,6 +113,7 @@ func (b *blockReader) read() (data []byte, ts time.Time, ok bool) {
 	if start < block || start+snap > block+b.blockSize {
 		// A header no kernel writes: skip the rest of the block.
 		b.left = 0
+		b.skipped++
 		return b.read()
 	}
 	data = b.mem[start : start+snap : start+snap]

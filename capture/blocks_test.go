@@ -104,6 +104,9 @@ func TestBlockReader(t *testing.T) {
 	if got := f.drain(t); !slices.Equal(got, []string{"d1"}) {
 		t.Fatalf("after a bad header: %q", got)
 	}
+	if f.b.skipped != 1 {
+		t.Errorf("%d blocks counted as skipped, want 1", f.b.skipped)
+	}
 }
 
 // BenchmarkBlockReader is the per-packet cost of reading a ring: blocks

@@ -27,6 +27,8 @@ type ring struct {
 	// rd reads the ring (afpacket.TPacket set it up; its reader is not
 	// used: see blockReader).
 	rd *blockReader
+	// skippedLogged is rd.skipped as last logged (the worker's).
+	skippedLogged uint64
 
 	mu     sync.Mutex
 	closed bool

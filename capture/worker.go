@@ -115,6 +115,13 @@ func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker i
 			if batchEnd != nil {
 				batchEnd(w.id)
 			}
+			for _, r := range w.rings {
+				if r.rd.skipped != r.skippedLogged {
+					w.c.log.Error("capture: ring blocks skipped past a packet header outside its block (a kernel or memory fault: packets lost)",
+						"worker", w.id, "blocks", r.rd.skipped)
+					r.skippedLogged = r.rd.skipped
+				}
+			}
 			nudged, empty = false, 0
 			w.control()
 			continue
