@@ -432,13 +432,29 @@ func (j *Joiner) AddLine(l Line, now time.Time) {
 // bestHandshake returns the handshake a port-carrying line belongs to: the
 // most recent compatible one on that address and port.
 func (j *Joiner) bestHandshake(l *entry) *entry {
-	var best *entry
+	// A request is logged on a connection whose handshake came first: of
+	// the compatible handshakes of the address and port, the latest that
+	// began at or before the line's time, else the earliest after it
+	// (within Skew). With a client port reused at once (the server closed
+	// first, so the client has no TIME_WAIT), the latest overall would be
+	// the next connection's, and the line would take its handshake.
+	var before, after *entry
 	for _, h := range j.hsByKey[l.k()] {
-		if j.compatible(h, l) && (best == nil || h.ts.After(best.ts)) {
-			best = h
+		if !j.compatible(h, l) {
+			continue
+		}
+		if !h.ts.After(l.line.Time) {
+			if before == nil || h.ts.After(before.ts) {
+				before = h
+			}
+		} else if after == nil || h.ts.Before(after.ts) {
+			after = h
 		}
 	}
-	return best
+	if before != nil {
+		return before
+	}
+	return after
 }
 
 func (j *Joiner) store(e *entry) {
