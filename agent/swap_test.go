@@ -367,15 +367,23 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 		n := len(recs)
 		mu.Unlock()
 		var missing []string
+		uses := map[string]int{}
+		for _, s := range sent {
+			uses[s.client]++
+		}
+		twice := 0
+		for _, n := range uses {
+			twice += n - 1
+		}
 		for _, s := range sent {
 			if !got[s.client] && len(missing) < 10 {
 				missing = append(missing, fmt.Sprintf("%s (X-Pid %d, at %s)", s.client, s.xpid, s.at.Format("15:04:05.000")))
 			}
 		}
 		sn := a.SnifferStats()
-		t.Fatalf("timed out after 15s waiting for a record of every request: %d records of %d requests; first missing: %v; "+
+		t.Fatalf("timed out after 15s waiting for a record of every request: %d records of %d requests (client ports used twice: %d); first missing: %v; "+
 			"sniffer: %d packets, %d records, %d flows active, errors %v; join: %+v; attribution: %+v",
-			n, len(sent), missing, sn.Packets, sn.Records, sn.FlowsActive, sn.Errors, a.JoinStats(), a.Processes().Stats())
+			n, len(sent), twice, missing, sn.Packets, sn.Records, sn.FlowsActive, sn.Errors, a.JoinStats(), a.Processes().Stats())
 	}
 	if err := stopAgent(); err != nil {
 		t.Fatal(err)

@@ -437,10 +437,15 @@ func (j *Joiner) bestHandshake(l *entry) *entry {
 	// began at or before the line's time, else the earliest after it
 	// (within Skew). With a client port reused at once (the server closed
 	// first, so the client has no TIME_WAIT), the latest overall would be
-	// the next connection's, and the line would take its handshake.
+	// the next connection's, and the line would take its handshake. A
+	// line logged as its connection's first request ($connection_requests
+	// 1) cannot belong to a handshake another line already took: with a
+	// log's times in whole seconds, both handshakes of a reused port can
+	// come after the line's time.
 	var before, after *entry
+	first := l.line.ConnRequests == 1
 	for _, h := range j.hsByKey[l.k()] {
-		if !j.compatible(h, l) {
+		if !j.compatible(h, l) || first && h.state == stateJoined {
 			continue
 		}
 		if !h.ts.After(l.line.Time) {

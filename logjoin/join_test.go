@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -155,6 +156,63 @@ func TestJoinerScenarios(t *testing.T) {
 				}
 			}
 			tc.check(t, j.Stats())
+		})
+	}
+}
+
+// TestPortReusedAtOnce: a client port used again at once (the server
+// closed first, so the client kept no TIME_WAIT) gives one address and port
+// two handshakes a few milliseconds apart; each line joins its own, whatever
+// the order they arrive in.
+func TestPortReusedAtOnce(t *testing.T) {
+	ms := time.Millisecond
+	first := func(l Line) Line { l.ConnRequests = 1; return l }
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"handshakes then lines", []step{H(hs("10.0.0.1", 5000, 0, "")), H(hs("10.0.0.1", 5000, 20*ms, "")),
+			L(line("10.0.0.1", 5000, 10*ms, "/a")), L(line("10.0.0.1", 5000, 30*ms, "/b"))}},
+		{"lines then handshakes", []step{L(line("10.0.0.1", 5000, 10*ms, "/a")), L(line("10.0.0.1", 5000, 30*ms, "/b")),
+			H(hs("10.0.0.1", 5000, 0, "")), H(hs("10.0.0.1", 5000, 20*ms, ""))}},
+		{"interleaved", []step{H(hs("10.0.0.1", 5000, 0, "")), L(line("10.0.0.1", 5000, 10*ms, "/a")),
+			H(hs("10.0.0.1", 5000, 20*ms, "")), L(line("10.0.0.1", 5000, 30*ms, "/b"))}},
+		{"second handshake before the first line", []step{H(hs("10.0.0.1", 5000, 0, "")), H(hs("10.0.0.1", 5000, 20*ms, "")),
+			L(line("10.0.0.1", 5000, 10*ms, "/a")), H(hs("10.0.0.1", 5000, 40*ms, "")), L(line("10.0.0.1", 5000, 30*ms, "/b")),
+			L(line("10.0.0.1", 5000, 50*ms, "/c"))}},
+		// Whole-second log times (nginx's $time_local): both handshakes
+		// come after the lines' time; $connection_requests tells them apart.
+		{"whole seconds, first requests", []step{H(hs("10.0.0.1", 5000, 100*ms, "")), H(hs("10.0.0.1", 5000, 300*ms, "")),
+			L(first(line("10.0.0.1", 5000, 0, "/a"))), L(first(line("10.0.0.1", 5000, 0, "/b")))}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []*record.Handshake
+			j := New(Options{Window: 60 * time.Second, Skew: 2 * time.Second, Emit: func(h *record.Handshake) { got = append(got, h) }})
+			var n int
+			for _, s := range tc.steps {
+				switch {
+				case s.h != nil:
+					n++
+					j.AddHandshake(s.h, s.h.TS)
+				case s.l != nil:
+					j.AddLine(*s.l, s.l.Time)
+				}
+			}
+			j.Tick(t0.Add(300 * time.Second))
+			if len(got) != n {
+				t.Fatalf("%d records emitted, want %d", len(got), n)
+			}
+			slices.SortFunc(got, func(a, b *record.Handshake) int { return a.TS.Compare(b.TS) })
+			for i, h := range got {
+				want := "/" + string(rune('a'+i))
+				if h.Log == nil || h.Log.Path != want {
+					t.Errorf("handshake %d (at %v) joined %+v, want %s", i, h.TS.Sub(t0), h.Log, want)
+				}
+			}
+			if st := j.Stats(); st.Joined != uint64(n) || st.Sources[SourceNginx].Extra != 0 {
+				t.Errorf("stats: %+v", st)
+			}
 		})
 	}
 }
