@@ -123,6 +123,12 @@ type Config struct {
 	// starting with a TLS application-data record are dropped in the kernel.
 	CaptureAll bool
 
+	// GCFloor: while the live heap is small, GOGC is raised so that the
+	// collector aims at about this many bytes (memlimit.GCFloor; pqwatch
+	// run gives memlimit.DefaultGCFloor). 0 = GOGC as it is; GOGC set in
+	// the environment always stands.
+	GCFloor int64
+
 	Logger   *slog.Logger
 	Registry *prometheus.Registry // nil = a new one
 }
@@ -402,6 +408,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	// garbage that would otherwise wait for the first collection under
 	// traffic, and stay resident until then.
 	debug.FreeOSMemory()
+	gcFloor := memlimit.NewGCFloor(a.cfg.GCFloor)
+	if gcFloor != nil {
+		gcFloor.Adjust()
+		a.log.Info("collector held back on a small heap", "gc_floor_bytes", gcFloor.Floor(), "gogc", gcFloor.Percent(),
+			"why", "fewer collections of a small live heap; GOGC in the environment turns this off")
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -422,6 +434,7 @@ func (a *Agent) Run(ctx context.Context) error {
 					a.joiner.Tick(now)
 				}
 				a.returnMemory()
+				gcFloor.Adjust()
 			}
 		}
 	}()

@@ -111,6 +111,11 @@ type Summary struct {
 
 	mu        sync.Mutex // Write may be called from several goroutines
 	classical map[classicalKey]int
+	// The rows the last record counted in, by key: a live node's records
+	// mostly repeat their server, SNI and group.
+	lastGroup, lastServer, lastSNI string
+	lastGS                         *GroupStats
+	lastServerRow, lastSNIRow      *ShareRow
 }
 
 // JoinStats summarises the access-log join.
@@ -245,10 +250,13 @@ func (s *Summary) add(r *record.Handshake) {
 		s.GroupMissing[why]++
 	}
 	s.Groups[g]++
-	gs := s.GroupTable[g]
-	if gs == nil {
-		gs = &GroupStats{}
-		s.GroupTable[g] = gs
+	gs := s.lastGS
+	if gs == nil || g != s.lastGroup {
+		if gs = s.GroupTable[g]; gs == nil {
+			gs = &GroupStats{}
+			s.GroupTable[g] = gs
+		}
+		s.lastGroup, s.lastGS = g, gs
 	}
 	gs.Count++
 	if r.HRR {
@@ -263,12 +271,18 @@ func (s *Summary) add(r *record.Handshake) {
 	if s.ByServer == nil {
 		s.ByServer, s.BySNI = map[string]*ShareRow{}, map[string]*ShareRow{}
 	}
-	addShare(s.ByServer, r.Server, r.PQ)
+	if s.lastServerRow == nil || r.Server != s.lastServer {
+		s.lastServer, s.lastServerRow = r.Server, shareRow(s.ByServer, r.Server)
+	}
+	s.lastServerRow.add(r.PQ)
 	sni := r.SNI
 	if sni == "" {
 		sni = "(none)"
 	}
-	addShare(s.BySNI, sni, r.PQ)
+	if s.lastSNIRow == nil || sni != s.lastSNI {
+		s.lastSNI, s.lastSNIRow = sni, shareRow(s.BySNI, sni)
+	}
+	s.lastSNIRow.add(r.PQ)
 	if r.Log != nil {
 		if s.ByHost == nil {
 			s.ByHost, s.ByUserAgent = map[string]*ShareRow{}, map[string]*ShareRow{}
@@ -325,7 +339,11 @@ func (s *Summary) Finish() {
 // negotiated classical" table; the rest are counted as "(other)".
 const maxClassicalRows = 10000
 
-func addShare(m map[string]*ShareRow, k string, pq bool) {
+func addShare(m map[string]*ShareRow, k string, pq bool) { shareRow(m, k).add(pq) }
+
+// shareRow is k's row in m, made when new; past 1000 rows new keys share
+// "(other)".
+func shareRow(m map[string]*ShareRow, k string) *ShareRow {
 	row := m[k]
 	if row == nil {
 		if len(m) >= 1000 {
@@ -337,6 +355,10 @@ func addShare(m map[string]*ShareRow, k string, pq bool) {
 			m[k] = row
 		}
 	}
+	return row
+}
+
+func (row *ShareRow) add(pq bool) {
 	row.Completed++
 	if pq {
 		row.PQ++

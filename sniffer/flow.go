@@ -495,12 +495,16 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 		client, server = server, client
 	}
 	st := &f.dir[c]
+	// A node serves from a few addresses: the last one's text is reused.
+	if server != s.lastServer || s.lastServerText == "" {
+		s.lastServer, s.lastServerText = server, server.String()
+	}
 	r := &record.Handshake{
 		TS:               st.tsAt(st.tlsStart).UTC(),
 		FlowStart:        f.synTS,
 		Transport:        record.TransportTCP,
 		Client:           client.String(),
-		Server:           server.String(),
+		Server:           s.lastServerText,
 		ClientHelloBytes: chLen,
 		ClientAddr:       client.Addr().As16(),
 		ServerAddr:       server.Addr().As16(),

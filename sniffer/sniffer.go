@@ -106,6 +106,9 @@ type Sniffer struct {
 	quic       *quic.ConnTable
 	lastExpire time.Time
 	flushing   bool // inside Flush: QUIC connections end as truncated
+	// The last TCP record's server and its text (newRecord).
+	lastServer     netip.AddrPort
+	lastServerText string
 	// Flows holding TCP buffers, oldest first (evicted first when the
 	// budget is exceeded), and the bytes they hold.
 	buffered memlist.List[flow]
