@@ -138,9 +138,13 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 		if st.buf == nil {
 			st.buf = s.pool.get()
 		}
-		if st.add(seq, p.payload, ts, s.cfg.MaxStreamBytes, p.truncated) {
+		// The packet's bytes are read in place while they are all the
+		// stream has (a hello in one segment, most often): only what the
+		// flow still needs afterwards is copied.
+		if st.add(seq, p.payload, ts, s.cfg.MaxStreamBytes, p.truncated, true) {
 			s.advance(f, d, ts)
 		}
+		st.settle(&s.pool)
 		if st.overflow && !st.gap {
 			st.gap = true
 			s.errs[errStreamOverflow]++
@@ -304,6 +308,14 @@ func (s *Sniffer) parseRecords(f *flow, d int) {
 		st.recOff += 5 + hdr.Length
 		switch hdr.ContentType {
 		case tlsparse.ContentHandshake:
+			if len(st.hs) == 0 && len(st.recMap) == 0 {
+				// The direction's first handshake record (a ClientHello,
+				// a ServerHello, most often whole in it): its messages
+				// are read where they are, and only what they leave
+				// over is copied.
+				s.messagesInPlace(f, st, isClient, body)
+				continue
+			}
 			if len(st.hs) < s.cfg.MaxStreamBytes {
 				if st.hs == nil {
 					st.hs = s.pool.get()
@@ -342,6 +354,35 @@ func (s *Sniffer) parseRecords(f *flow, d int) {
 			return
 		}
 	}
+}
+
+// messagesInPlace reads the messages of a direction's first handshake
+// record from body, a slice of st.buf, as though body had been appended
+// to the empty st.hs; then copies what they left unread (a message that
+// continues in the next record) into a buffer of st's own. A flow the
+// messages finished has released st meanwhile.
+func (s *Sniffer) messagesInPlace(f *flow, st *stream, isClient bool, body []byte) {
+	st.hs, st.hsInPlace = body, true
+	st.recMap = append(st.recMap, recSpan{hsEnd: len(body), streamEnd: st.recOff})
+	if isClient {
+		s.clientMessages(f, st)
+	} else {
+		s.serverMessages(f, st)
+	}
+	if !st.hsInPlace {
+		return // released
+	}
+	st.hsInPlace = false
+	if st.hsOff == len(st.hs) {
+		// All read: nothing to keep, and the next handshake record is
+		// the first again (recMap maps only the ClientHello's records,
+		// which are read by now).
+		st.hs, st.hsOff, st.recMap = nil, 0, st.recMap[:0]
+		return
+	}
+	// A message continues past the record: the state is what appending
+	// the body would have made.
+	st.hs = append(s.pool.get(), st.hs...)
 }
 
 func (s *Sniffer) clientMessages(f *flow, st *stream) {

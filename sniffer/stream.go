@@ -43,9 +43,17 @@ type stream struct {
 
 	// TLS record-layer cursor over buf, and the handshake-message stream
 	// built from handshake records.
-	recOff    int
-	hs        []byte
-	hsOff     int
+	recOff int
+	hs     []byte
+	hsOff  int
+	// hsInPlace: hs is, for the moment, the body of the record being
+	// parsed (a slice of buf), not a buffer of its own (see parseRecords).
+	hsInPlace bool
+	// bufInPlace: buf is, for the moment, the payload of the packet being
+	// handled (add's borrow), and spare the empty buffer it had; settle
+	// copies what is still needed before the packet goes.
+	bufInPlace bool
+	spare      []byte
 	recMap    []recSpan // handshake bytes -> stream offset, first records only
 	encrypted bool      // past ChangeCipherSpec / application data: stop
 }
@@ -66,8 +74,14 @@ const maxStarts = 64
 // release resets the stream and hands its buffers to pool (or to the
 // garbage collector): a tombstone, or a flow in the free list, keeps none.
 func (s *stream) release(pool *bufPool) {
-	pool.put(s.buf)
-	pool.put(s.hs)
+	if s.bufInPlace {
+		pool.put(s.spare)
+	} else {
+		pool.put(s.buf)
+	}
+	if !s.hsInPlace {
+		pool.put(s.hs)
+	}
 	pend, starts, sts, rm := s.pending[:0], s.starts[:0], s.startTS[:0], s.recMap[:0]
 	clear(pend[:cap(pend)]) // the segments' data goes
 	*s = stream{pending: pend, starts: starts, startTS: sts, recMap: rm, tlsStart: -1}
@@ -118,7 +132,11 @@ func (s *stream) mem() int { return cap(s.buf) + cap(s.hs) + s.pendBy }
 // the prefix and the pending segments never overlap; a segment that brings
 // no new byte (a retransmission, repacketised or not) is not a new segment
 // for the starts list either.
-func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated bool) bool {
+//
+// With borrow, a segment that starts the empty stream with nothing pending
+// is not copied: buf is the segment itself until settle, which the caller
+// must call before data goes.
+func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated, borrow bool) bool {
 	if len(data) == 0 {
 		return false
 	}
@@ -179,7 +197,12 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 			if pos == 0 {
 				s.firstTS = ts
 			}
-			s.buf = append(s.buf, piece...)
+			if pos == 0 && borrow && next == end && len(s.pending) == 0 {
+				// The capacity ends with the piece: an append copies.
+				s.spare, s.buf, s.bufInPlace = s.buf, piece[:len(piece):len(piece)], true
+			} else {
+				s.buf = append(s.buf, piece...)
+			}
 			grew = true
 		case s.pendBy+len(piece) > limit || len(s.pending) >= 64:
 			s.overflow = true
@@ -200,6 +223,18 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 		s.gap = true
 	}
 	return s.merge() || grew
+}
+
+// settle gives buf a buffer of its own when it is a borrowed segment.
+func (s *stream) settle(pool *bufPool) {
+	if !s.bufInPlace {
+		return
+	}
+	b := s.spare
+	if b == nil {
+		b = pool.get()
+	}
+	s.buf, s.spare, s.bufInPlace = append(b, s.buf...), nil, false
 }
 
 // merge moves pending segments that now touch the prefix onto it and
