@@ -37,6 +37,7 @@ type ring struct {
 	// watchFile is a non-blocking dup of fd registered with Go's network
 	// poller; its watcher goroutine ends when it is closed.
 	watchFile *os.File
+	watchRC   syscall.RawConn
 	// watchDone is closed when the watcher goroutine returns: close waits
 	// for it before unmapping the ring the watcher reads (ready).
 	watchDone chan struct{}
@@ -55,28 +56,13 @@ type ring struct {
 // the worker polls once more after saying it sleeps, so one of the two
 // sees the block.
 func (r *ring) watch(nudge func(), idle func() bool) {
-	nfd, err := unix.Dup(r.fd)
-	if err == nil {
-		unix.CloseOnExec(nfd)
-		if err = unix.SetNonblock(nfd, true); err != nil {
-			unix.Close(nfd)
-		}
-	}
-	var rc syscall.RawConn
-	if err == nil {
-		f := os.NewFile(uintptr(nfd), "afpacket")
-		if rc, err = f.SyscallConn(); err != nil {
-			f.Close()
-		} else {
-			r.mu.Lock()
-			r.watchFile = f
-			r.watchDone = make(chan struct{})
-			r.mu.Unlock()
-		}
-	}
-	if err != nil || rc == nil {
+	f, rc := r.pollable()
+	if rc == nil {
 		return // the worker's PollTimeout still drains the ring
 	}
+	r.mu.Lock()
+	r.watchDone = make(chan struct{})
+	r.mu.Unlock()
 	done := r.watchDone
 	go func() {
 		defer close(done)
@@ -106,12 +92,44 @@ func (r *ring) watch(nudge func(), idle func() bool) {
 			// next readiness: the worker may not have run yet, and the
 			// block is still there.
 			check = !polled
-			if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// A deadline the worker set while it waited on the
+				// socket itself (worker.waitDirect), before this watcher
+				// took over.
+				f.SetReadDeadline(time.Time{})
+			} else if err != nil {
 				return // closed
 			}
 			nudge()
 		}
 	}()
+}
+
+// pollable returns the ring's socket as Go's network poller waits on it:
+// a non-blocking dup (f, for its read deadline, and rc), made once and
+// closed by close. rc is nil when it cannot be made.
+func (r *ring) pollable() (f *os.File, rc syscall.RawConn) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.watchFile != nil {
+		return r.watchFile, r.watchRC
+	}
+	nfd, err := unix.Dup(r.fd)
+	if err != nil {
+		return nil, nil
+	}
+	unix.CloseOnExec(nfd)
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, nil
+	}
+	f = os.NewFile(uintptr(nfd), "afpacket")
+	if rc, err = f.SyscallConn(); err != nil {
+		f.Close()
+		return nil, nil
+	}
+	r.watchFile, r.watchRC = f, rc
+	return f, rc
 }
 
 // clearError clears a pending socket error (ENETDOWN when the link goes
@@ -146,7 +164,9 @@ func (r *ring) close() {
 		r.closed = true
 		if r.watchFile != nil {
 			r.watchFile.Close()
-			<-r.watchDone // the watcher reads the mapping (ready): gone before it is unmapped
+			if r.watchDone != nil {
+				<-r.watchDone // the watcher reads the mapping (ready): gone before it is unmapped
+			}
 		}
 		r.rd.close()
 		r.tp.Close()

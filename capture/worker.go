@@ -2,8 +2,11 @@ package capture
 
 import (
 	"context"
+	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -21,9 +24,10 @@ type ctlMsg struct {
 // worker reads one fanout member of every captured interface. It owns its
 // rings: only it reads them and only it closes them while it runs.
 //
-// It never blocks in a raw poll(2): each ring has a watcher goroutine that
-// waits for readiness through Go's network poller (a dup of the ring's
-// socket registered with epoll) and nudges the worker. A goroutine parked
+// It never blocks in a raw poll(2): it waits for readiness through Go's
+// network poller (a dup of the ring's socket registered with epoll),
+// itself when it reads a single ring, else through a watcher goroutine per
+// ring that nudges it. A goroutine parked
 // in the poller costs nothing; a thread blocked in poll(2) keeps the
 // runtime's sysmon thread waking every few microseconds and hands threads
 // back and forth at every wakeup, which at a few hundred handshakes a second
@@ -41,7 +45,22 @@ type worker struct {
 	// idle is set while the worker sleeps, for the ring watchers (see
 	// ring.watch).
 	idle atomic.Bool
+
+	// With a single ring (one interface, the common case) the worker waits
+	// on that ring's socket in Go's poller itself: no watcher goroutine to
+	// wake and hand each block over, one goroutine wakeup a block instead
+	// of two. wake interrupts the wait through the socket's read deadline.
+	// direct is that socket (nil otherwise), directRing and directRC the
+	// worker's own; multi: the worker held more than one ring at some
+	// point, and watchers run.
+	direct     atomic.Pointer[os.File]
+	directRing *ring
+	directRC   syscall.RawConn
+	multi      bool
 }
+
+// aLongTimeAgo is a read deadline that has passed: it ends a wait at once.
+var aLongTimeAgo = time.Unix(1, 0)
 
 func newWorker(c *Capture, id int) (*worker, error) {
 	return &worker{c: c, id: id, notify: make(chan struct{}, 1)}, nil
@@ -60,6 +79,74 @@ func (w *worker) wake() {
 	case w.notify <- struct{}{}:
 	default:
 	}
+	// After the token: the worker sets its deadline, then looks for a
+	// token, then waits; so it either sees the token or this deadline.
+	if f := w.direct.Load(); f != nil {
+		f.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// attach starts watching r, the worker's newest ring: by the worker itself
+// when r is its only ring, else by watcher goroutines (the first ring's
+// too, from now on).
+func (w *worker) attach(r *ring) {
+	if !w.multi && len(w.rings) == 1 {
+		if f, rc := r.pollable(); rc != nil {
+			w.directRing, w.directRC = r, rc
+			w.direct.Store(f)
+			return
+		}
+	}
+	w.leaveDirect()
+	r.watch(w.wake, w.idle.Load)
+}
+
+// leaveDirect hands the ring the worker waited on itself to a watcher.
+func (w *worker) leaveDirect() {
+	w.multi = true
+	if d := w.directRing; d != nil {
+		w.direct.Store(nil)
+		w.directRing, w.directRC = nil, nil
+		if f, _ := d.pollable(); f != nil {
+			f.SetReadDeadline(time.Time{})
+		}
+		d.watch(w.wake, w.idle.Load)
+	}
+}
+
+// waitDirect sleeps until the worker's only ring is readable (true), a
+// wake (true), or PollTimeout (false).
+func (w *worker) waitDirect(ctx context.Context) bool {
+	f, r := w.direct.Load(), w.directRing
+	f.SetReadDeadline(time.Now().Add(w.c.cfg.PollTimeout))
+	select {
+	case <-w.notify:
+		return true
+	default:
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	first := true
+	err := w.directRC.Read(func(uintptr) bool {
+		if first {
+			first = false
+			return r.rd.ready() // a block retired since the last look
+		}
+		return true
+	})
+	select {
+	case <-w.notify:
+		return true
+	default:
+	}
+	if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+		// The dup failed in the poller: a watcher on the timer
+		// fallback, rather than a loop on the error.
+		w.c.log.Warn("capture: waiting on the ring failed; a watcher takes over", "worker", w.id, "err", err)
+		w.leaveDirect()
+	}
+	return err == nil
 }
 
 // control applies queued messages and rebuilds the poll set.
@@ -74,9 +161,13 @@ func (w *worker) control() {
 	for _, m := range msgs {
 		if m.add != nil {
 			w.rings = append(w.rings, m.add)
-			m.add.watch(w.wake, w.idle.Load)
+			w.attach(m.add)
 		}
 		if m.del != nil {
+			if m.del == w.directRing {
+				w.direct.Store(nil)
+				w.directRing, w.directRC = nil, nil
+			}
 			for i, r := range w.rings {
 				if r == m.del {
 					w.rings = append(w.rings[:i], w.rings[i+1:]...)
@@ -92,6 +183,7 @@ func (w *worker) control() {
 // run is the worker loop: drain every ring (up to readBudget packets each),
 // and wait for a nudge (or PollTimeout) when none had anything.
 func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker int)) {
+	defer context.AfterFunc(ctx, w.wake)()
 	w.control()
 	timer := time.NewTimer(w.c.cfg.PollTimeout)
 	defer timer.Stop()
@@ -146,12 +238,16 @@ func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker i
 			w.idle.Store(false)
 			continue
 		}
-		timer.Reset(w.c.cfg.PollTimeout)
-		select {
-		case <-w.notify:
-			nudged = true
-		case <-timer.C:
-		case <-ctx.Done():
+		if w.directRC != nil {
+			nudged = w.waitDirect(ctx)
+		} else {
+			timer.Reset(w.c.cfg.PollTimeout)
+			select {
+			case <-w.notify:
+				nudged = true
+			case <-timer.C:
+			case <-ctx.Done():
+			}
 		}
 		w.idle.Store(false)
 		w.control()
