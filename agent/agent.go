@@ -24,6 +24,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"time"
 
@@ -171,7 +172,22 @@ type Agent struct {
 
 	peakFlows, peakBuffered int       // returnMemory's peaks since the last return
 	lastReturn              time.Time // and when it last returned memory
+
+	// The housekeeping second (Run sets hk): run by its timer, or by a
+	// capture worker at the end of a batch once hkEarly has passed since
+	// the last run, which puts the timer off. While traffic flows the
+	// batches come often enough that the timer never fires: one wakeup a
+	// second less (and the runtime's sysmon thread, which wakes for every
+	// timer, with it). hkBusy keeps runs apart.
+	hk      func(now time.Time)
+	hkBusy  atomic.Bool
+	hkLast  atomic.Int64 // UnixNano of the last run
+	hkTimer *time.Timer
 }
+
+// hkEarly is how soon after the last housekeeping run a batch's end runs
+// the next: runs are between hkEarly and a second apart.
+const hkEarly = 600 * time.Millisecond
 
 // worker owns one Sniffer; mu serialises packets and the expiry ticker.
 type worker struct {
@@ -385,10 +401,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	var tails sync.WaitGroup
 	a.startTails(tailCtx, &tails)
 
-	// Housekeeping, once a second on one timer: the process probe or scan,
-	// then flow expiry (flows idle in quiet periods still time out) and
-	// counters. One wakeup for all: on a small VM waking an idle process
-	// costs more CPU than the work itself.
+	// Housekeeping, once a second: the process probe or scan, then flow
+	// expiry (flows idle in quiet periods still time out) and counters. One
+	// wakeup for all, and none while traffic flows (a capture batch's end
+	// runs it, see hk): on a small VM waking an idle process costs more
+	// CPU than the work itself.
 	scan := func(first bool) {
 		if a.procs == nil {
 			return
@@ -414,27 +431,31 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("collector held back on a small heap", "gc_floor_bytes", gcFloor.Floor(), "gogc", gcFloor.Percent(),
 			"why", "fewer collections of a small live heap; GOGC in the environment turns this off")
 	}
+	a.hk = func(now time.Time) {
+		scan(false)
+		for _, w := range a.workers {
+			w.mu.Lock()
+			w.sn.Expire(now)
+			w.mu.Unlock()
+		}
+		if a.joiner != nil {
+			a.joiner.Tick(now)
+		}
+		a.returnMemory()
+		gcFloor.Adjust()
+	}
+	a.hkLast.Store(time.Now().UnixNano())
+	a.hkTimer = time.NewTimer(time.Second)
+	defer a.hkTimer.Stop()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
 		for {
 			select {
 			case <-bg.Done():
 				return
-			case now := <-t.C:
-				scan(false)
-				for _, w := range a.workers {
-					w.mu.Lock()
-					w.sn.Expire(now)
-					w.mu.Unlock()
-				}
-				if a.joiner != nil {
-					a.joiner.Tick(now)
-				}
-				a.returnMemory()
-				gcFloor.Adjust()
+			case now := <-a.hkTimer.C:
+				a.housekeep(now)
 			}
 		}
 	}()
@@ -519,6 +540,23 @@ func (a *Agent) batchEnd(i int) {
 		w.held = false
 		w.mu.Unlock()
 	}
+	if a.hk != nil {
+		if now := time.Now(); now.UnixNano()-a.hkLast.Load() >= int64(hkEarly) {
+			a.housekeep(now)
+		}
+	}
+}
+
+// housekeep runs the housekeeping second, unless a run is under way, and
+// puts its timer off by a second.
+func (a *Agent) housekeep(now time.Time) {
+	if !a.hkBusy.CompareAndSwap(false, true) {
+		return
+	}
+	defer a.hkBusy.Store(false)
+	a.hk(now)
+	a.hkLast.Store(now.UnixNano())
+	a.hkTimer.Reset(time.Second)
 }
 
 // parseErrors reports, at scrape time, the workers' sniffer errors by
