@@ -179,7 +179,7 @@ type Agent struct {
 	// batches come often enough that the timer never fires: one wakeup a
 	// second less (and the runtime's sysmon thread, which wakes for every
 	// timer, with it). hkBusy keeps runs apart.
-	hk      func(now time.Time)
+	hk      func(now time.Time, batch bool)
 	hkBusy  atomic.Bool
 	hkLast  atomic.Int64 // UnixNano of the last run
 	hkTimer *time.Timer
@@ -431,17 +431,28 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Info("collector held back on a small heap", "gc_floor_bytes", gcFloor.Floor(), "gogc", gcFloor.Percent(),
 			"why", "fewer collections of a small live heap; GOGC in the environment turns this off")
 	}
-	a.hk = func(now time.Time) {
+	a.hk = func(now time.Time, batch bool) {
 		scan(false)
-		for _, w := range a.workers {
+		// From a batch's end, a worker busy with its own batch is left
+		// alone (its sniffer expires flows as its packets come): waiting
+		// for it would put this worker to sleep and wake it again.
+		lock := func(w *worker) bool {
+			if batch {
+				return w.mu.TryLock()
+			}
 			w.mu.Lock()
-			w.sn.Expire(now)
-			w.mu.Unlock()
+			return true
+		}
+		for _, w := range a.workers {
+			if lock(w) {
+				w.sn.Expire(now)
+				w.mu.Unlock()
+			}
 		}
 		if a.joiner != nil {
 			a.joiner.Tick(now)
 		}
-		a.returnMemory()
+		a.returnMemory(lock)
 		gcFloor.Adjust()
 	}
 	a.hkLast.Store(time.Now().UnixNano())
@@ -455,7 +466,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			case <-bg.Done():
 				return
 			case now := <-a.hkTimer.C:
-				a.housekeep(now)
+				a.housekeep(now, false)
 			}
 		}
 	}()
@@ -541,20 +552,23 @@ func (a *Agent) batchEnd(i int) {
 		w.mu.Unlock()
 	}
 	if a.hk != nil {
-		if now := time.Now(); now.UnixNano()-a.hkLast.Load() >= int64(hkEarly) {
-			a.housekeep(now)
+		// A full process scan is left to the timer's goroutine: its
+		// system calls, made while this worker goes on, would keep the
+		// runtime's sysmon thread polling every 20 µs meanwhile.
+		if now := time.Now(); now.UnixNano()-a.hkLast.Load() >= int64(hkEarly) && (a.procs == nil || !a.procs.ScanDue()) {
+			a.housekeep(now, true)
 		}
 	}
 }
 
 // housekeep runs the housekeeping second, unless a run is under way, and
 // puts its timer off by a second.
-func (a *Agent) housekeep(now time.Time) {
+func (a *Agent) housekeep(now time.Time, batch bool) {
 	if !a.hkBusy.CompareAndSwap(false, true) {
 		return
 	}
 	defer a.hkBusy.Store(false)
-	a.hk(now)
+	a.hk(now, batch)
 	a.hkLast.Store(now.UnixNano())
 	a.hkTimer.Reset(time.Second)
 }
@@ -709,10 +723,12 @@ const (
 // the last return, and the peak was a flood's (at most every 30 s: a full
 // collection costs a few milliseconds). Called once a second from the
 // housekeeping goroutine.
-func (a *Agent) returnMemory() {
+func (a *Agent) returnMemory(lock func(*worker) bool) {
 	flows, buffered := 0, 0
 	for _, w := range a.workers {
-		w.mu.Lock()
+		if !lock(w) {
+			return // a worker is busy: the next run counts them all
+		}
 		f, b := w.sn.Held()
 		w.mu.Unlock()
 		flows, buffered = flows+f, buffered+b

@@ -281,18 +281,23 @@ const scanEvery = 5
 // the agent, from the timer it already has.
 func (t *Tracker) Tick() error {
 	t.ix.syncAccepts() // the accept ring, read on this timer rather than a timer of its own
-	t.mu.RLock()
-	// A swap in flux (two generations alive, a failure pending, an
-	// [emerg] noted) is scanned every interval. So is a search the
-	// attribution asked for (the owner of a port it missed, a process
-	// that accepted and is not known yet).
-	due := t.lastScan.IsZero() || t.cfg.Now().Sub(t.lastScan) >= scanEvery*t.cfg.ScanInterval-t.cfg.ScanInterval/2 ||
-		len(t.st.pendings) > 0 || len(t.emergs) > 0 || t.ix.swapping.Load() || (t.lastListen.IsZero() && len(t.wantPorts) > 0)
-	t.mu.RUnlock()
-	if !due && !t.ix.requested() && t.Probe() {
+	if !t.ScanDue() && t.Probe() {
 		return nil
 	}
 	return t.Scan()
+}
+
+// ScanDue says whether the next Tick reads /proc in full rather than
+// probing: the scan interval is up, a swap is in flux (two generations
+// alive, a failure pending, an [emerg] noted), or the attribution asked
+// for a search (the owner of a port it missed, a process that accepted
+// and is not known yet). A Tick whose probe finds a change scans too.
+func (t *Tracker) ScanDue() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.lastScan.IsZero() || t.cfg.Now().Sub(t.lastScan) >= scanEvery*t.cfg.ScanInterval-t.cfg.ScanInterval/2 ||
+		len(t.st.pendings) > 0 || len(t.emergs) > 0 || t.ix.swapping.Load() || (t.lastListen.IsZero() && len(t.wantPorts) > 0) ||
+		t.ix.requested()
 }
 
 // Probe checks, cheaply, that the serving processes are those of the last
