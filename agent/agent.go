@@ -555,7 +555,9 @@ func (a *Agent) batchEnd(i int) {
 		// A full process scan is left to the timer's goroutine: its
 		// system calls, made while this worker goes on, would keep the
 		// runtime's sysmon thread polling every 20 µs meanwhile.
-		if now := time.Now(); now.UnixNano()-a.hkLast.Load() >= int64(hkEarly) && (a.procs == nil || !a.procs.ScanDue()) {
+		// Nor does it wait for a run under way (a scan holds the
+		// tracker's lock for milliseconds).
+		if now := time.Now(); !a.hkBusy.Load() && now.UnixNano()-a.hkLast.Load() >= int64(hkEarly) && (a.procs == nil || !a.procs.ScanDue()) {
 			a.housekeep(now, true)
 		}
 	}
