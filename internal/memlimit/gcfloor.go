@@ -18,8 +18,8 @@ const maxGCPercent = 1000
 
 // GCFloor raises GOGC while the live heap is small, so that the heap the
 // collector aims for is about floor bytes instead of twice the live heap;
-// once the live heap reaches half the floor GOGC is 100 again, as without
-// it. It never lowers GOGC below 100, and the memory limit (GOMEMLIMIT, or
+// once the live heap reaches about half the floor GOGC is 100 again, as
+// without it. It never lowers GOGC below 100, and the memory limit (GOMEMLIMIT, or
 // the soft limit SetSoftLimit gives) still makes the collector work
 // harder near it. Adjust is meant to be called from a ticker the caller
 // already has (reading the runtime's metrics is cheap; setting GOGC does not
@@ -30,10 +30,9 @@ type GCFloor struct {
 	samples []metrics.Sample
 }
 
-// NewGCFloor returns a floor of floor bytes, or nil (Adjust does nothing)
-// when GOGC is set in the environment (the operator's choice stands), when
-// floor is not positive, or when a memory limit under 4 times floor is in
-// force (the floor is then limit/4).
+// NewGCFloor returns a floor of floor bytes (a quarter of the memory limit
+// when that is less), or nil (Adjust does nothing) when GOGC is set in the
+// environment (the operator's choice stands) or floor is not positive.
 func NewGCFloor(floor int64) *GCFloor {
 	if _, set := os.LookupEnv("GOGC"); set || floor <= 0 {
 		return nil
