@@ -723,8 +723,9 @@ const (
 // returnMemory gives freed flow memory back to the OS once a flood is over:
 // when the flows and buffered bytes have fallen below half their peak since
 // the last return, and the peak was a flood's (at most every 30 s: a full
-// collection costs a few milliseconds). Called once a second from the
-// housekeeping goroutine.
+// collection costs a few milliseconds). Called by each housekeeping run;
+// lock takes a worker's lock (from a batch's end, only if it is free: a
+// busy worker makes this run count nothing).
 func (a *Agent) returnMemory(lock func(*worker) bool) {
 	flows, buffered := 0, 0
 	for _, w := range a.workers {

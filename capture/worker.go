@@ -27,11 +27,10 @@ type ctlMsg struct {
 // It never blocks in a raw poll(2): it waits for readiness through Go's
 // network poller (a dup of the ring's socket registered with epoll),
 // itself when it reads a single ring, else through a watcher goroutine per
-// ring that nudges it. A goroutine parked
-// in the poller costs nothing; a thread blocked in poll(2) keeps the
-// runtime's sysmon thread waking every few microseconds and hands threads
-// back and forth at every wakeup, which at a few hundred handshakes a second
-// cost more CPU than parsing them.
+// ring that nudges it. A goroutine parked in the poller costs nothing; a
+// thread blocked in poll(2) keeps the runtime's sysmon thread waking every
+// few microseconds and hands threads back and forth at every wakeup, which
+// at a few hundred handshakes a second cost more CPU than parsing them.
 type worker struct {
 	c  *Capture
 	id int

@@ -54,8 +54,8 @@ type stream struct {
 	// copies what is still needed before the packet goes.
 	bufInPlace bool
 	spare      []byte
-	recMap    []recSpan // handshake bytes -> stream offset, first records only
-	encrypted bool      // past ChangeCipherSpec / application data: stop
+	recMap     []recSpan // handshake bytes -> stream offset, first records only
+	encrypted  bool      // past ChangeCipherSpec / application data: stop
 }
 
 type segment struct {
