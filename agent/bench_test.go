@@ -45,7 +45,7 @@ func BenchmarkHandshakePath(b *testing.B) {
 		}
 		pkts = append(pkts, pkt{ci.Timestamp, data})
 	}
-	a, err := New(Config{Workers: 1})
+	a, err := New(Config{Workers: 1, RecycleRecords: true}) // as pqwatch run
 	if errors.Is(err, capture.ErrPermission) {
 		b.Skip("agent.New needs an AF_PACKET socket: ", err)
 	}

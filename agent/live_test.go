@@ -120,8 +120,10 @@ func TestLiveAgentNamespaces(t *testing.T) {
 		a, err = agent.New(agent.Config{
 			Ifaces: []string{pair.SIf}, Ports: []uint16{443, 8443}, Workers: 2, Listener: ml, TrackProcesses: true,
 			NginxLogs: []agent.NginxLog{{Path: ngx.AccessLog, Format: logFormat}},
-			OnRecord:  func(r *record.Handshake) { recs <- r },
-			Kafka:     &exporter.KafkaConfig{Brokers: kc.ListenAddrs(), Topic: "pqwatch.handshakes"},
+			// Records are recycled, as in pqwatch run: the sink keeps copies.
+			RecycleRecords: true,
+			OnRecord:       func(r *record.Handshake) { c := *r; recs <- &c },
+			Kafka:          &exporter.KafkaConfig{Brokers: kc.ListenAddrs(), Topic: "pqwatch.handshakes"},
 		})
 		return err
 	})

@@ -257,10 +257,12 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 	var mu sync.Mutex
 	var recs []*record.Handshake
 	recAt := map[*record.Handshake]time.Time{} // when the agent handed the record on
+	cfg.RecycleRecords = true                  // as pqwatch run: the sink keeps copies
 	cfg.OnRecord = func(r *record.Handshake) {
+		c := *r
 		mu.Lock()
-		recs = append(recs, r)
-		recAt[r] = time.Now()
+		recs = append(recs, &c)
+		recAt[&c] = time.Now()
 		mu.Unlock()
 	}
 	ml, err := net.Listen("tcp", "127.0.0.1:0")

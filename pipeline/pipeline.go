@@ -42,6 +42,10 @@ type Config struct {
 	Stages []NewStage
 	Sinks  []record.Sink
 	Logger *slog.Logger // sink failures; nil: discarded
+	// Done, when set, receives each record once every sink has had it:
+	// the record is no one's then (sinks copy what they keep), and Done
+	// may reuse its memory.
+	Done func(*record.Handshake)
 }
 
 // Pipeline carries records from a sniffer to its sinks.
@@ -51,6 +55,7 @@ type Pipeline struct {
 	head   func(*record.Handshake)
 	sinks  []*sink
 	log    *slog.Logger
+	done   func(*record.Handshake)
 	out    atomic.Uint64
 }
 
@@ -63,7 +68,7 @@ type sink struct {
 // New builds a pipeline; the stages are built last to first, each handed
 // the one after it.
 func New(cfg Config) *Pipeline {
-	p := &Pipeline{taps: cfg.Taps, log: cfg.Logger}
+	p := &Pipeline{taps: cfg.Taps, log: cfg.Logger, done: cfg.Done}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -98,6 +103,9 @@ func (p *Pipeline) deliver(r *record.Handshake) {
 		if err := s.Write(r); err != nil && s.failed.CompareAndSwap(false, true) {
 			p.log.Error("record sink failed (logged once per sink)", "sink", fmt.Sprintf("%T", s.Sink), "err", err)
 		}
+	}
+	if p.done != nil {
+		p.done(r)
 	}
 }
 

@@ -103,8 +103,7 @@ func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait bool
 	}
 	a.x.attributed.Add(1)
 	a.x.acc.byAccept.Add(1)
-	gc := *g
-	r.Generation = &gc
+	r.Generation = g // published generations are never changed: shared, not copied
 	a.next(r)
 	return true
 }
@@ -113,9 +112,12 @@ func (a *Attribution) queue(it attribItem) {
 	r := it.r
 	it.done = time.Now() // only a queued record needs its time
 	it.due = it.done
+	// Decided before the send: once queued, the record is Run's (and,
+	// handed on, may be reused at once).
+	now := it.gen != nil || !a.mayBeQuiet(it)
 	select {
 	case a.q <- it:
-		if it.gen != nil || !a.mayBeQuiet(it) || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
+		if now || len(a.q) >= cap(a.q)/2 || a.idle.CompareAndSwap(true, false) {
 			a.wake()
 		}
 	default:
@@ -311,8 +313,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 		}
 	}
 	if ok {
-		gc := *g
-		r.Generation = &gc
+		r.Generation = g
 		a.t.observeAttributed(g, r, true)
 	}
 	a.next(r)

@@ -194,7 +194,11 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 		if g.WorkerPID != 0 {
 			s.corrected.Add(1)
 		}
-		g.WorkerPID = pid // the stage's own copy
+		// The attribution shares the tracker's generation between
+		// records: a correction is the record's own copy.
+		gc := *g
+		gc.WorkerPID = pid
+		r.Generation = &gc
 		return true
 	default:
 		s.corrected.Add(1)

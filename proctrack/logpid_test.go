@@ -30,7 +30,8 @@ func TestLogPID(t *testing.T) {
 	}
 	s.Process(&record.Handshake{Transport: record.TransportTCP, Log: &record.Log{Source: "nginx", PID: 1 << 30}})
 	attributed := &record.Generation{ID: gen.ID, MasterPID: master}
-	s.Process(&record.Handshake{Transport: record.TransportTCP, Generation: attributed, Log: &record.Log{Source: "nginx", PID: gen.Workers[0]}})
+	withGen := &record.Handshake{Transport: record.TransportTCP, Generation: attributed, Log: &record.Log{Source: "nginx", PID: gen.Workers[0]}}
+	s.Process(withGen)
 	wrong := &record.Handshake{Transport: record.TransportTCP, Generation: &record.Generation{ID: "nginx-other-1", MasterPID: 1}, Log: &record.Log{Source: "nginx", PID: gen.Workers[1]}}
 	s.Process(wrong)
 	s.Flush()
@@ -46,8 +47,11 @@ func TestLogPID(t *testing.T) {
 	if out[len(gen.Workers)].Generation != nil {
 		t.Errorf("unknown pid attributed: %+v", out[len(gen.Workers)].Generation)
 	}
-	if attributed.WorkerPID != gen.Workers[0] {
-		t.Errorf("attributed record's worker %d, want %d", attributed.WorkerPID, gen.Workers[0])
+	if g := withGen.Generation; g.ID != gen.ID || g.WorkerPID != gen.Workers[0] {
+		t.Errorf("attributed record's generation %+v, want %s worker %d", g, gen.ID, gen.Workers[0])
+	}
+	if attributed.WorkerPID != 0 {
+		t.Errorf("the generation the record came with was changed in place (worker %d): records share them", attributed.WorkerPID)
 	}
 	want := fmt.Sprintf(`
 # HELP pqwatch_attributions_from_log_total %s

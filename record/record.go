@@ -85,7 +85,9 @@ const (
 )
 
 // Handshake is the record of SPEC.md. Field names are fixed; absent values are
-// omitted, never faked.
+// omitted, never faked. Generation may be shared by many records (the
+// attribution hands out the tracker's own): never change it in place, set a
+// copy.
 type Handshake struct {
 	TS                      time.Time   `json:"ts"`
 	Transport               string      `json:"transport"`

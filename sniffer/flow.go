@@ -540,7 +540,13 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 	if server != s.lastServer || s.lastServerText == "" {
 		s.lastServer, s.lastServerText = server, server.String()
 	}
-	r := &record.Handshake{
+	var r *record.Handshake
+	if s.cfg.NewRecord != nil {
+		r = s.cfg.NewRecord()
+	} else {
+		r = new(record.Handshake)
+	}
+	*r = record.Handshake{
 		TS:               st.tsAt(st.tlsStart).UTC(),
 		FlowStart:        f.synTS,
 		Transport:        record.TransportTCP,

@@ -51,6 +51,10 @@ type Config struct {
 	// OnRecord receives each finished record. The record is owned by the
 	// callee.
 	OnRecord func(*record.Handshake)
+	// NewRecord, when set, gives the sniffer the memory of each TCP
+	// record, which it overwrites whole (a pool of records the pipeline
+	// is done with); nil: a new allocation each time.
+	NewRecord func() *record.Handshake
 }
 
 func (c *Config) defaults() {

@@ -79,7 +79,7 @@ func newLogger(level string, w io.Writer) (*slog.Logger, error) {
 func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Config, func() error, error) {
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, BlockTimeout: rf.blockTO, StateDir: rf.stateDir,
-		GCFloor:  memlimit.DefaultGCFloor,
+		GCFloor: memlimit.DefaultGCFloor, RecycleRecords: true,
 		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
 		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, BufferBudget: int64(rf.budget), NoAcceptEvents: rf.noAccept, PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
 	}
