@@ -3,6 +3,7 @@ package proctrack
 import (
 	"errors"
 	"hash/maphash"
+	"math/bits"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -203,16 +204,20 @@ type acceptIndex struct {
 	// the CPU's caches), and each slot links to the put that was its
 	// bucket's head before it: a chained hash table over the ring, so a
 	// lookup reads a head and a slot or two.
-	heads    []uint64
-	claimed  uint64
-	gens     []acceptGen
-	cur      int // the newest generation
-	genSize  int
-	seed     maphash.Seed
-	seq      uint64 // puts
-	entries  int
-	evicted  uint64
-	replaced uint64
+	heads   []uint64
+	claimed uint64
+	gens    []acceptGen
+	cur     int // the newest generation
+	genSize int
+	seed    maphash.Seed
+	seq     uint64 // puts
+	mask    uint64 // len(recent)-1
+	// gensLatest is the latest accept ever put into a generation: a
+	// lookup for a connection newer than that reads no generation.
+	gensLatest int64
+	entries    int
+	evicted    uint64
+	replaced   uint64
 }
 
 // acceptGen is one generation and the latest accept in it: a lookup for a
@@ -240,13 +245,14 @@ type recentSlot struct {
 
 // recentSize is the recent ring's length for an index bound of max: 1,024
 // accepts at the default bound (a third of a second at 3,000 accepts a
-// second, 64 kB), none below 4,096 (small indexes in tests are the
-// generations alone).
+// second, 64 kB), a sixty-fourth of a smaller bound rounded down to a power
+// of two, none below 4,096 (small indexes in tests are the generations
+// alone).
 func recentSize(max int) int {
 	if max < 4096 {
 		return 0
 	}
-	return min(1024, max/64)
+	return 1 << (bits.Len(uint(min(1024, max/64))) - 1) // a power of two: slots by mask
 }
 
 // match is what a lookup found: up to two accepts of the addresses, the
@@ -301,7 +307,7 @@ func newAcceptIndex(max int) *acceptIndex {
 	}
 	r := recentSize(max)
 	n := min(acceptGens, max-r)
-	x := &acceptIndex{recent: make([]recentSlot, r), heads: make([]uint64, 2*r), gens: make([]acceptGen, n), genSize: (max - r + n - 1) / n, seed: maphash.MakeSeed()}
+	x := &acceptIndex{recent: make([]recentSlot, r), heads: make([]uint64, 2*r), gens: make([]acceptGen, n), genSize: (max - r + n - 1) / n, seed: maphash.MakeSeed(), mask: uint64(r) - 1}
 	x.gens[0].m = make(map[uint64]acceptEntry, x.genSize)
 	return x
 }
@@ -316,7 +322,7 @@ func (x *acceptIndex) put(k acceptKey, e acceptEntry) {
 	x.seq++
 	x.entries++
 	if len(x.recent) > 0 {
-		i := x.seq % uint64(len(x.recent))
+		i := x.seq & x.mask
 		sl := &x.recent[i]
 		if sl.seq != 0 && !sl.claimed {
 			x.putGen(sl.h, sl.e)
@@ -353,6 +359,7 @@ func (x *acceptIndex) putGen(h uint64, e acceptEntry) {
 	}
 	g.m[h] = e
 	g.latest = max(g.latest, e.unixNano)
+	x.gensLatest = max(x.gensLatest, e.unixNano)
 }
 
 // lookup returns the latest two accepts of k (the generations' get),
@@ -362,14 +369,17 @@ func (x *acceptIndex) lookup(k acceptKey, notBefore int64) match {
 	var m match
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if r := uint64(len(x.recent)); r > 0 {
-		for seq := x.heads[h&uint64(len(x.heads)-1)]; x.inRing(seq); seq = x.recent[seq%r].next {
-			if sl := &x.recent[seq%r]; sl.h == h && !sl.claimed && (m.add(sl.e, seq) || notBefore == 0) {
+	if len(x.recent) > 0 {
+		for seq := x.heads[h&uint64(len(x.heads)-1)]; x.inRing(seq); seq = x.recent[seq&x.mask].next {
+			if sl := &x.recent[seq&x.mask]; sl.h == h && !sl.claimed && (m.add(sl.e, seq) || notBefore == 0) {
 				return m
 			}
 		}
 	}
 	// Accepts older than the ring's are in the generations.
+	if notBefore != 0 && x.gensLatest < notBefore {
+		return m
+	}
 	cur, prev, n := x.get(h, notBefore)
 	if n > 0 && !m.add(cur, 0) && n == 2 {
 		m.add(prev, 0)
@@ -386,8 +396,8 @@ func (x *acceptIndex) inRing(seq uint64) bool {
 func (x *acceptIndex) claim(seq uint64) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if r := uint64(len(x.recent)); r > 0 {
-		if sl := &x.recent[seq%r]; sl.seq == seq && !sl.claimed {
+	if len(x.recent) > 0 {
+		if sl := &x.recent[seq&x.mask]; sl.seq == seq && !sl.claimed {
 			sl.claimed = true
 			x.claimed++
 			x.entries--

@@ -40,20 +40,22 @@ type flow struct {
 	synTS      time.Time // the flow's first packet when it was a SYN; zero when the capture began mid-connection
 	state      uint8
 	clientDir  int8 // 0: lo->hi is the client, 1: hi->lo, -1 unknown
-	dir        [2]stream
-	mss        [2]uint16 // MSS announced in each direction's SYN
-	synSeq     [2]uint32 // sequence number of each direction's SYN (synSeen says which were seen)
-	synSeen    [2]bool
-	ts         [2]bool // timestamp option in each direction's SYN
-	rec        *record.Handshake
-	live       bool               // in the table (false once removed)
-	buffered   memlist.Link[flow] // in Sniffer.buffered while the flow holds buffers
-	chDone     bool               // first ClientHello parsed (or failed)
-	shFinal    bool               // final ServerHello seen
-	tls12Wait  bool               // TLS 1.2: waiting for ServerKeyExchange
-	shFirstTS  time.Time
-	alert      string
-	rst        bool
+	live       bool // in the table (false once removed)
+	// buffered: in Sniffer.buffered while the flow holds buffers. Here,
+	// with live and state, in the lines every packet of the flow reads.
+	buffered  memlist.Link[flow]
+	dir       [2]stream
+	mss       [2]uint16 // MSS announced in each direction's SYN
+	synSeq    [2]uint32 // sequence number of each direction's SYN (synSeen says which were seen)
+	synSeen   [2]bool
+	ts        [2]bool // timestamp option in each direction's SYN
+	rec       *record.Handshake
+	chDone    bool // first ClientHello parsed (or failed)
+	shFinal   bool // final ServerHello seen
+	tls12Wait bool // TLS 1.2: waiting for ServerKeyExchange
+	shFirstTS time.Time
+	alert     string
+	rst       bool
 
 	// What tells a resumed session and why a record has no group.
 	chSID    [32]byte // the ClientHello's session_id
@@ -75,7 +77,8 @@ const (
 	afterSHAbbreviated        // ChangeCipherSpec or NewSessionTicket: the session was resumed
 )
 
-// tcp handles one TCP segment and returns its flow (nil when none).
+// tcp handles one TCP segment and returns its flow when the segment may
+// have changed the flow's buffers (nil when none, or they did not change).
 func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 	src := netip.AddrPortFrom(p.src, p.sport)
 	dst := netip.AddrPortFrom(p.dst, p.dport)
@@ -125,7 +128,10 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 				st.fin = true
 			}
 		}
-		return f
+		// A decided flow gains no buffers, and what it holds was
+		// accounted after the packet that decided it: nothing for the
+		// caller to account (its stream lines stay untouched).
+		return nil
 	}
 	if p.truncated {
 		s.errs[errSnapTruncated]++

@@ -14,6 +14,7 @@ import (
 type stream struct {
 	isnKnown bool
 	synSeen  bool
+	fin      bool   // first: a decided flow's FIN reads only this line
 	isn      uint32 // sequence number of stream offset 0
 	buf      []byte
 	pending  []segment
@@ -22,7 +23,6 @@ type stream struct {
 	// parsing stops at the gap.
 	gap      bool
 	overflow bool
-	fin      bool
 	// lostTo is the stream offset up to which the peer acknowledged this
 	// direction's bytes, when that is past the prefix: bytes it holds
 	// that the capture never delivered (0 when none).
