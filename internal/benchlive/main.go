@@ -88,7 +88,7 @@ func main() {
 	flag.IntVar(&o.loop, "loop", 1, "replay the capture this many times per step (the same connections again: pqwatch should count each time)")
 	flag.BoolVar(&o.verbose, "v", false, "show the subprocesses' output")
 	flag.IntVar(&o.trials, "trials", 3, "runs of each CPU arm, interleaved; the median is shown")
-	flag.StringVar(&o.arms, "arms", "|-no-accept-events|-no-process-tracking|-no-process-tracking PQWATCH_CAPTURE_FILTER=ebpf|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, and NAME=value words set in its environment (GOMAXPROCS=1); none: no pqwatch (the whole-host reference)")
+	flag.StringVar(&o.arms, "arms", "|-no-accept-events|-no-process-tracking|-no-process-tracking PQWATCH_CAPTURE_FILTER=ebpf|none", "pqwatch run variants for the CPU figure, separated by |: extra flags, NAME=value words set in its environment (GOMAXPROCS=1), and @PATH for another pqwatch binary (two builds compared in one run, their trials interleaved); none: no pqwatch (the whole-host reference)")
 	flag.Parse()
 	for _, r := range strings.Split(rates, ",") {
 		if r = strings.TrimSpace(r); r == "max" {

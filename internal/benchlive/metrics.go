@@ -103,14 +103,19 @@ func (sc *scraper) scrape(ctx context.Context) (sample, error) {
 func startPqwatch(ctx context.Context, o options, ns, iface, metricsAddr string, extra ...string) (*proc, *scraper, error) {
 	args := []string{"run", "-iface", iface, "-metrics-addr", metricsAddr, "-log-level", "warn"}
 	var env []string
+	bin := o.bin
 	for _, w := range extra {
+		if path, ok := strings.CutPrefix(w, "@"); ok && path != "" {
+			bin = path // another build of pqwatch, to compare two in one run
+			continue
+		}
 		if k, _, ok := strings.Cut(w, "="); ok && k != "" && !strings.HasPrefix(k, "-") {
 			env = append(env, w)
 			continue
 		}
 		args = append(args, w)
 	}
-	p, err := startProc(o, ns, env, o.bin, args...)
+	p, err := startProc(o, ns, env, bin, args...)
 	if err != nil {
 		return nil, nil, err
 	}
