@@ -37,13 +37,15 @@ type flow struct {
 	hash       uint64 // key's hash in the flow table
 	prev, next *flow
 	lastSeen   time.Time
-	synTS      time.Time // the flow's first packet when it was a SYN; zero when the capture began mid-connection
 	state      uint8
 	clientDir  int8 // 0: lo->hi is the client, 1: hi->lo, -1 unknown
 	live       bool // in the table (false once removed)
 	// buffered: in Sniffer.buffered while the flow holds buffers. Here,
-	// with live and state, in the lines every packet of the flow reads.
+	// with live and state, in the lines every packet of the flow reads
+	// (key, the table and list links, lastSeen and state fill the first
+	// two).
 	buffered  memlist.Link[flow]
+	synTS     time.Time // the flow's first packet when it was a SYN; zero when the capture began mid-connection
 	dir       [2]stream
 	mss       [2]uint16 // MSS announced in each direction's SYN
 	synSeq    [2]uint32 // sequence number of each direction's SYN (synSeen says which were seen)
