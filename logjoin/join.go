@@ -163,6 +163,7 @@ type entry struct {
 	state     entryState
 	ambiguous bool              // a line seen as a candidate in an ambiguous decision
 	removed   bool              // no longer in the maps (its queue slot is skipped)
+	server    serverKind        // a handshake's server, as the attribution named it (kept once h is let go)
 	ts        time.Time         // event time
 	arrived   time.Time         // by the caller's clock
 	h         *record.Handshake // nil once emitted
@@ -344,7 +345,45 @@ func (j *Joiner) source(s string) *SourceStats {
 }
 
 func (j *Joiner) compatible(h, l *entry) bool {
-	return !l.line.Time.Before(h.ts.Add(-j.opts.Skew)) && !l.line.Time.After(h.ts.Add(j.opts.Window))
+	return !l.line.Time.Before(h.ts.Add(-j.opts.Skew)) && !l.line.Time.After(h.ts.Add(j.opts.Window)) &&
+		h.server.serves(l.line.Log.Source)
+}
+
+// serverKind is what the attribution (a stage before the join) said of a
+// handshake's server: nginx, another server, or nothing.
+type serverKind uint8
+
+const (
+	serverUnknown serverKind = iota // no generation: any log may be its server's
+	serverNginx
+	serverOther
+)
+
+// serverOf is the kind of h's server: a generation's ID begins with its
+// kind, "nginx" for nginx masters and workers.
+func serverOf(h *record.Handshake) serverKind {
+	switch g := h.Generation; {
+	case g == nil:
+		return serverUnknown
+	case strings.HasPrefix(g.ID, "nginx-"):
+		return serverNginx
+	}
+	return serverOther
+}
+
+// serves says whether a server of kind k writes the log of source: a
+// client port is chosen per destination, so one port may be on a
+// connection to nginx and, at once, on one to another server of the node
+// (the same client's), and only the attribution tells their handshakes
+// apart.
+func (k serverKind) serves(source string) bool {
+	switch source {
+	case SourceNginx:
+		return k != serverOther
+	case SourceCaddy:
+		return k != serverNginx
+	}
+	return true
 }
 
 func (j *Joiner) emit(h *record.Handshake) {
@@ -377,7 +416,7 @@ func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
 			h.ClientAddr, h.ClientPort = ap.Addr().WithZone("").As16(), ap.Port()
 		}
 	}
-	e := &entry{ts: h.TS, arrived: now, h: h, addr: h.ClientAddr, port: h.ClientPort}
+	e := &entry{ts: h.TS, arrived: now, h: h, addr: h.ClientAddr, port: h.ClientPort, server: serverOf(h)}
 	k := e.k()
 	// A line with the port may already be waiting: take the earliest
 	// compatible one (the first request on the connection).

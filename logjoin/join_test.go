@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -414,4 +415,57 @@ func BenchmarkPendingStore(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// TestPortReusedAcrossServers: a client port used for a connection to
+// nginx and, at once, for one to another server on the node (the kernel
+// picks source ports per destination, so the two may share one). The
+// attribution names each record's server before the join: an nginx line
+// joins only a record of an nginx generation (or one without a
+// generation), whatever order the three arrive in.
+func TestPortReusedAcrossServers(t *testing.T) {
+	ms := time.Millisecond
+	ngx := func(h *record.Handshake) *record.Handshake {
+		h.Generation = &record.Generation{ID: "nginx-0123456789ab-100", MasterPID: 100}
+		return h
+	}
+	other := func(h *record.Handshake) *record.Handshake {
+		h.Generation = &record.Generation{ID: "caddy-0123456789ab-200", MasterPID: 200}
+		return h
+	}
+	cases := []struct {
+		name  string
+		steps []step
+	}{
+		{"nginx first", []step{H(ngx(hs("10.0.0.1", 5000, 0, "x25519"))), H(other(hs("10.0.0.1", 5000, 5*ms, "X25519MLKEM768"))),
+			L(line("10.0.0.1", 5000, 10*ms, "/a"))}},
+		{"other first", []step{H(other(hs("10.0.0.1", 5000, 0, "X25519MLKEM768"))), H(ngx(hs("10.0.0.1", 5000, 5*ms, "x25519"))),
+			L(line("10.0.0.1", 5000, 10*ms, "/a"))}},
+		{"line first", []step{L(line("10.0.0.1", 5000, 10*ms, "/a")), H(other(hs("10.0.0.1", 5000, 0, "X25519MLKEM768"))),
+			H(ngx(hs("10.0.0.1", 5000, 5*ms, "x25519")))}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []*record.Handshake
+			j := New(Options{Window: 60 * time.Second, Skew: 2 * time.Second, Emit: func(h *record.Handshake) { got = append(got, h) }})
+			for _, s := range tc.steps {
+				switch {
+				case s.h != nil:
+					j.AddHandshake(s.h, s.h.TS)
+				case s.l != nil:
+					j.AddLine(*s.l, s.l.Time)
+				}
+			}
+			j.Tick(t0.Add(300 * time.Second))
+			if len(got) != 2 {
+				t.Fatalf("%d records emitted, want 2", len(got))
+			}
+			for _, h := range got {
+				nginx := strings.HasPrefix(h.Generation.ID, "nginx-")
+				if joined := h.Log != nil; joined != nginx {
+					t.Errorf("record of %s (%s): joined %v", h.Generation.ID, h.Group, joined)
+				}
+			}
+		})
+	}
 }
