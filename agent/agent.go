@@ -108,10 +108,11 @@ type Config struct {
 	Sinks []record.Sink
 	// OnRecord, when set, is one more sink.
 	OnRecord func(*record.Handshake)
-	// RecycleRecords reuses a TCP record's memory once every sink has had
-	// it, instead of leaving it to the collector: Sinks and OnRecord must
-	// then not keep the *record.Handshake past the call (copy it; what it
-	// points to is never reused), as record.Sink asks. pqwatch run sets it.
+	// RecycleRecords reuses a record's memory for a later TCP record once
+	// every sink has had it, instead of leaving it to the collector: Sinks
+	// and OnRecord must then not keep the *record.Handshake past the call
+	// (copy it; what it points to is never reused), as record.Sink asks.
+	// pqwatch run sets it.
 	RecycleRecords bool
 
 	// WebConfigFile: TLS and basic auth of the metrics endpoint
@@ -294,7 +295,7 @@ func New(cfg Config) (a *Agent, err error) {
 		// Records the pipeline is done with: the next handshake on the
 		// same P reuses one still in the caches, and the heap hardly
 		// grows between collections (page faults on fresh heap were some
-		// 6% of the agent's CPU while its heap first grew).
+		// 7% of the agent's CPU while its heap first grew).
 		var pool sync.Pool
 		newRecord = func() *record.Handshake {
 			if r, ok := pool.Get().(*record.Handshake); ok {
