@@ -40,6 +40,20 @@ func H(h *record.Handshake) step { return step{h: h} }
 func L(l Line) step              { return step{l: &l} }
 func T(d time.Duration) step     { return step{tick: d} }
 
+// play feeds steps to j at their own times (a tick when h and l are nil).
+func play(j *Joiner, steps []step) {
+	for _, s := range steps {
+		switch {
+		case s.h != nil:
+			j.AddHandshake(s.h, s.h.TS)
+		case s.l != nil:
+			j.AddLine(*s.l, s.l.Time)
+		default:
+			j.Tick(t0.Add(s.tick))
+		}
+	}
+}
+
 func TestJoinerScenarios(t *testing.T) {
 	s := time.Second
 	cases := []struct {
@@ -132,16 +146,7 @@ func TestJoinerScenarios(t *testing.T) {
 				}
 				emitted[h.Client] = h
 			}})
-			for _, s := range tc.steps {
-				switch {
-				case s.h != nil:
-					j.AddHandshake(s.h, s.h.TS)
-				case s.l != nil:
-					j.AddLine(*s.l, s.l.Time)
-				default:
-					j.Tick(t0.Add(s.tick))
-				}
-			}
+			play(j, tc.steps)
 			for client, path := range tc.wantPaths {
 				h := emitted[client]
 				if h == nil {
@@ -192,14 +197,11 @@ func TestPortReusedAtOnce(t *testing.T) {
 			j := New(Options{Window: 60 * time.Second, Skew: 2 * time.Second, Emit: func(h *record.Handshake) { got = append(got, h) }})
 			var n int
 			for _, s := range tc.steps {
-				switch {
-				case s.h != nil:
+				if s.h != nil {
 					n++
-					j.AddHandshake(s.h, s.h.TS)
-				case s.l != nil:
-					j.AddLine(*s.l, s.l.Time)
 				}
 			}
+			play(j, tc.steps)
 			j.Tick(t0.Add(300 * time.Second))
 			if len(got) != n {
 				t.Fatalf("%d records emitted, want %d", len(got), n)
@@ -448,14 +450,7 @@ func TestPortReusedAcrossServers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []*record.Handshake
 			j := New(Options{Window: 60 * time.Second, Skew: 2 * time.Second, Emit: func(h *record.Handshake) { got = append(got, h) }})
-			for _, s := range tc.steps {
-				switch {
-				case s.h != nil:
-					j.AddHandshake(s.h, s.h.TS)
-				case s.l != nil:
-					j.AddLine(*s.l, s.l.Time)
-				}
-			}
+			play(j, tc.steps)
 			j.Tick(t0.Add(300 * time.Second))
 			if len(got) != 2 {
 				t.Fatalf("%d records emitted, want 2", len(got))
