@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/pqwatch/pqwatch/internal/pollfd"
 )
 
 // ring is one AF_PACKET TPACKET_V3 socket: the member of its interface's
@@ -114,16 +116,10 @@ func (r *ring) pollable() (f *os.File, rc syscall.RawConn) {
 	if r.watchFile != nil {
 		return r.watchFile, r.watchRC
 	}
-	nfd, err := unix.Dup(r.fd)
+	f, err := pollfd.Dup(r.fd, "afpacket")
 	if err != nil {
 		return nil, nil
 	}
-	unix.CloseOnExec(nfd)
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
-		return nil, nil
-	}
-	f = os.NewFile(uintptr(nfd), "afpacket")
 	if rc, err = f.SyscallConn(); err != nil {
 		f.Close()
 		return nil, nil

@@ -16,6 +16,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
+
+	"github.com/pqwatch/pqwatch/internal/pollfd"
 )
 
 // OpenAccepts loads and attaches the accept program and starts reading its
@@ -56,7 +58,7 @@ func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
 	if k.ring, err = newRingReader(k.objs.Events.FD(), int(k.objs.Events.MaxEntries())); err != nil {
 		return nil, fmt.Errorf("proctrack: accept events: ring buffer: %w", err)
 	}
-	if k.watchFile, err = pollableDup(k.objs.Events.FD()); err != nil {
+	if k.watchFile, err = pollfd.Dup(k.objs.Events.FD(), "ringbuf"); err != nil {
 		return nil, fmt.Errorf("proctrack: accept events: ring buffer: %w", err)
 	}
 	if err := k.watchFile.SetReadDeadline(time.Time{}); err != nil {
@@ -69,20 +71,6 @@ func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
 	k.nextOffset = time.Now().Add(10 * time.Second)
 	go k.watch()
 	return a, nil
-}
-
-// pollableDup returns a non-blocking dup of fd in Go's network poller.
-func pollableDup(fd int) (*os.File, error) {
-	nfd, err := unix.Dup(fd)
-	if err != nil {
-		return nil, err
-	}
-	unix.CloseOnExec(nfd)
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(nfd), "ringbuf"), nil
 }
 
 // mountTracefs mounts tracefs on dir when it is not there (a fresh machine
