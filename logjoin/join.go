@@ -359,13 +359,12 @@ const (
 	serverOther
 )
 
-// serverOf is the kind of h's server: a generation's ID begins with its
-// kind, "nginx" for nginx masters and workers.
+// serverOf is the kind of h's server.
 func serverOf(h *record.Handshake) serverKind {
 	switch g := h.Generation; {
 	case g == nil:
 		return serverUnknown
-	case strings.HasPrefix(g.ID, "nginx-"):
+	case g.Nginx():
 		return serverNginx
 	}
 	return serverOther

@@ -23,6 +23,9 @@ func TestLogPID(t *testing.T) {
 	master := l.start()
 	tr, _ := startTracker(t)
 	gen := genByMaster(t, tr, master, 2)
+	if g := (&record.Generation{ID: gen.ID}); !g.Nginx() { // the log join takes nginx lines for it by this
+		t.Errorf("generation %s of a real nginx does not count as nginx's", gen.ID)
+	}
 	var out []*record.Handshake
 	s := NewLogPID(tr).Then(func(r *record.Handshake) { out = append(out, r) })
 	for _, w := range gen.Workers {

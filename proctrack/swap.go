@@ -76,7 +76,7 @@ type proc struct {
 
 type generation struct {
 	key       procKey
-	kind      string // "nginx" or the process name of another server
+	kind      string // record.GenerationNginx or the process name of another server
 	id        string
 	rec       record.Generation
 	start     time.Time
@@ -180,7 +180,7 @@ func step(s *swapState, snap *snapshot, emergs []emergNote, now time.Time) (*swa
 		}
 		g := s.gens[p.key]
 		if g == nil {
-			g = s.newGeneration(p, "nginx")
+			g = s.newGeneration(p, record.GenerationNginx)
 			if isChild && parent.gen != nil {
 				g.parent = parent.gen
 				parent.gen.successor = g
@@ -421,7 +421,7 @@ func (s *swapState) noteEmerg(e emergNote, out *stepOut) {
 // to .oldbin and it has no running successor.
 func (s *swapState) checkOldbin(seen map[int]*proc, now time.Time, out *stepOut) {
 	for _, g := range s.order {
-		if !g.alive || g.kind != "nginx" || g.ident.pidFile == "" {
+		if !g.alive || g.kind != record.GenerationNginx || g.ident.pidFile == "" {
 			continue
 		}
 		if g.parent != nil && g.parent.alive {
@@ -503,7 +503,7 @@ func (s *swapState) checkPendings(seen map[int]*proc, snap *snapshot, now time.T
 			subject = p.gen.id
 		} else {
 			for _, g := range s.order {
-				if g.alive && g.kind == "nginx" && len(g.live) > 0 && (g.successor == nil || !g.successor.alive) {
+				if g.alive && g.kind == record.GenerationNginx && len(g.live) > 0 && (g.successor == nil || !g.successor.alive) {
 					serving = append(serving, g.id)
 				}
 			}

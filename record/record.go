@@ -5,6 +5,7 @@ package record
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -35,6 +36,14 @@ type Generation struct {
 	ExeSHA256 string `json:"exe_sha256,omitempty"`
 	OpenSSL   string `json:"openssl,omitempty"`
 }
+
+// GenerationNginx is the kind of an nginx generation, the first part of its
+// ID ("nginx-<12 hex digits of the binary's SHA-256>-<master pid>"); another
+// server's ID begins with its process name.
+const GenerationNginx = "nginx"
+
+// Nginx reports whether g is a generation of nginx.
+func (g *Generation) Nginx() bool { return strings.HasPrefix(g.ID, GenerationNginx+"-") }
 
 // Outcome values.
 const (
