@@ -436,8 +436,8 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 		case g.MasterPID != master:
 			wrongMaster++
 			t.Errorf("%s: served by worker %d of master %d, record says worker %d master %d (%s)", s.client, s.xpid, master, g.WorkerPID, g.MasterPID, g.ID)
-		case g.WorkerPID == 0 && !ebpf && !withLog:
-			masterOnly++ // a listener's or quiet period's answer: the generation, no worker
+		case g.WorkerPID == 0 && !withLog:
+			masterOnly++ // a listener's or quiet period's answer, or the quiet generation's (eBPF): the generation, no worker
 		case g.WorkerPID != s.xpid:
 			wrongWorker++
 			t.Errorf("%s: served by worker %d of master %d, record says worker %d (%s)", s.client, s.xpid, master, g.WorkerPID, g.ID)

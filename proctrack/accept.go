@@ -58,6 +58,7 @@ type AcceptStats struct {
 	Claimed      uint64 // accepts whose record was attributed while they were among the newest (they leave the index then)
 	RingDrops    uint64 // events the kernel dropped (the ring buffer was full), and any skipped past a record header no kernel writes
 	ReadFailures uint64 // accepts whose socket the kernel program could not read
+	Quiet        uint64 // accepts of the quiet set's processes, counted by the kernel and not reported (SetQuiet)
 	Entries      int    // accepts in the index now
 }
 
@@ -73,17 +74,24 @@ type Accepts struct {
 // acceptKernel is the loaded program: its counters, a sync of its reader,
 // and Close.
 type acceptKernel interface {
-	counters() (drops, readFailures uint64)
-	sync() bool
+	counters() (drops, readFailures, quiet uint64)
+	sync() (more, drained bool, missed uint64)
+	missed() (n uint64, drained bool)
+	setQuiet(pids []int) error
 	close() error
 }
 
 // sync indexes what the kernel has sent so far, on the caller's goroutine
 // (the ring is drained by a watcher only every second or in a burst): a
 // record whose accept was not found asks before it waits longer.
-// It says whether the ring held events not indexed yet.
-func (a *Accepts) sync() bool {
-	return a.kernel != nil && a.kernel.sync()
+// It says whether the ring held events not indexed yet, and after the
+// sync, whether every event the kernel committed is indexed (drained) and
+// the kernel's missed count (see Missed).
+func (a *Accepts) sync() (more, drained bool, missed uint64) {
+	if a.kernel == nil {
+		return false, true, 0
+	}
+	return a.kernel.sync()
 }
 
 // Lookup returns the accept of the TCP connection client -> server (the
@@ -135,9 +143,31 @@ func (a *Accepts) Stats() AcceptStats {
 	var s AcceptStats
 	s.Events, s.Evictions, s.Replaced, s.Claimed, s.Entries = a.idx.stats()
 	if a.kernel != nil {
-		s.RingDrops, s.ReadFailures = a.kernel.counters()
+		s.RingDrops, s.ReadFailures, s.Quiet = a.kernel.counters()
 	}
 	return s
+}
+
+// SetQuiet makes pids the quiet set: the kernel counts their accepts and
+// does not report them (it reports every other process's). While Missed's
+// count stands still, an accepted connection with no event was accepted
+// by one of them. An empty set reports every accept again.
+func (a *Accepts) SetQuiet(pids []int) error {
+	if a.kernel == nil {
+		return nil
+	}
+	return a.kernel.setQuiet(pids)
+}
+
+// Missed returns the kernel's count of accepts outside the quiet set that
+// it did not report (its ring buffer full, a socket it could not read),
+// and whether every event it reported is indexed: a Lookup that missed
+// then misses for good.
+func (a *Accepts) Missed() (n uint64, drained bool) {
+	if a.kernel == nil {
+		return 0, true
+	}
+	return a.kernel.missed()
 }
 
 // Claim says the record of e's connection was attributed: an accept

@@ -3,6 +3,7 @@ package proctrack
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,14 @@ type acceptSource struct {
 	// know (yet): the record waited for a scan or fell back.
 	unknownPid atomic.Uint64
 
+	// quiet is the recent quiet epochs (the last one current unless it
+	// has ended: every accept reported since), byQuiet the records they
+	// answered. quietMu serialises setQuiet; quietErr is logged once.
+	quiet    atomic.Pointer[quietHistory]
+	byQuiet  atomic.Uint64
+	quietMu  sync.Mutex
+	quietErr bool
+
 	// seen remembers the generation of every process of recent scans, for
 	// accepts by processes that exited since (a worker that drained after
 	// WINCH or a reload): pid -> generation, dropped a minute after its
@@ -52,7 +61,7 @@ func (s *acceptSource) close() {
 
 // startAccepts opens the accept events, once, and says at start which
 // source attribution uses and why.
-func (x *attribIndex) startAccepts(off bool, maxAccepts int, log *slog.Logger) {
+func (x *attribIndex) startAccepts(off, all bool, maxAccepts int, log *slog.Logger) {
 	x.acc.once.Do(func() {
 		defer x.acc.started.Store(true)
 		if off {
@@ -67,7 +76,12 @@ func (x *attribIndex) startAccepts(off bool, maxAccepts int, log *slog.Logger) {
 			return
 		}
 		x.acc.a.Store(a)
-		log.Info("attributing handshakes from the kernel's accept events", "source", SourceEBPF)
+		x.rescanSoon() // the next Tick scans, and chooses the quiet set
+		if all {
+			log.Info("attributing handshakes from the kernel's accept events, every accept reported", "source", SourceEBPF)
+		} else {
+			log.Info("attributing handshakes from the kernel's accept events; outside swaps the busiest generation's accepts are only counted (-all-accept-events reports them too)", "source", SourceEBPF)
+		}
 	})
 }
 
@@ -93,13 +107,41 @@ func (x *attribIndex) acceptStats() AcceptStats {
 }
 
 // syncAccepts indexes what the kernel sent so far, and says whether the
-// ring buffer held events not indexed yet (false without accept events): a
-// lookup that missed before a sync that found nothing misses for good.
+// ring buffer held events not indexed yet (false without accept events).
 func (x *attribIndex) syncAccepts() bool {
 	if a := x.acc.a.Load(); a != nil {
-		return a.sync()
+		more, _, _ := a.sync()
+		return more
 	}
 	return false
+}
+
+// acceptOrQuiet looks a TCP record's accept up in the index, the kernel's
+// ring read first, and again after a miss when the ring held more. When
+// the accept is not there for good (every event the kernel committed
+// before the lookup was indexed), the quiet epoch may answer (quiet true).
+func (x *attribIndex) acceptOrQuiet(r *record.Handshake) (g *record.Generation, res acceptResult, quiet bool) {
+	a := x.acc.a.Load()
+	if a == nil {
+		return nil, acceptOff, false
+	}
+	_, drained, missed := a.sync()
+	g, res = x.attributeAccept(r)
+	if res == acceptMiss {
+		// A sync that indexed nothing new says nothing of the lookup
+		// before it (a concurrent drain may have indexed the event since):
+		// only the state before the last lookup counts.
+		if more, d, m := a.sync(); more {
+			g, res = x.attributeAccept(r)
+			drained, missed = d, m
+		}
+	}
+	if res == acceptMiss && drained {
+		if qg, ok := x.quietAccept(r, missed); ok {
+			return qg, acceptFound, true
+		}
+	}
+	return g, res, false
 }
 
 // acceptResult is what the accept index says of one record.
@@ -151,6 +193,140 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 	}
 	x.rescanSoon()
 	return nil, acceptUnknown
+}
+
+// quietEpoch is a span during which the kernel reported every accept but
+// those of pids, the serving processes of one generation (the kernel's
+// quiet set): a TCP connection accepted then with no accept event was
+// accepted by one of pids, so gen is the answer, without the ~1.4 µs of
+// kernel time an event costs (the socket read through the fd table, the
+// ring buffer write). Outside swaps nearly every accept is the quiet
+// generation's.
+type quietEpoch struct {
+	// from is before the set began to be written, to after the next set
+	// was (zero while current): every accept left unreported in the
+	// epoch happened between them.
+	from, to time.Time
+	missed   uint64             // the kernel's missed count at from
+	pids     []int              // sorted
+	gen      *record.Generation // WorkerPID set when pids holds one process
+	ports    []uint16           // the TCP ports gen listens on
+}
+
+// quietHistory is the recent epochs, oldest first, published whole: a
+// record asked after the set changed may have been accepted in the epoch
+// before.
+type quietHistory []quietEpoch
+
+// maxQuietEpochs bounds the history.
+const maxQuietEpochs = 4
+
+// setQuiet makes pids (the serving processes of gen, sorted; ports, the
+// TCP ports gen listens on, sorted) the kernel's quiet set, or reports
+// every accept again when pids is empty. An epoch whose set, generation
+// and ports are unchanged, and whose kernel missed nothing, goes on.
+func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint16, log *slog.Logger) {
+	a := x.acc.a.Load()
+	if a == nil || a.kernel == nil { // no kernel: nothing goes unreported
+		return
+	}
+	s := &x.acc
+	s.quietMu.Lock()
+	defer s.quietMu.Unlock()
+	var h quietHistory
+	if p := s.quiet.Load(); p != nil {
+		h = *p
+	}
+	var cur *quietEpoch
+	if len(h) > 0 && h[len(h)-1].to.IsZero() {
+		cur = &h[len(h)-1]
+	}
+	if cur == nil && len(pids) == 0 {
+		return
+	}
+	if cur != nil && len(pids) > 0 && slices.Equal(cur.pids, pids) && cur.gen.ID == gen.ID &&
+		cur.gen.WorkerPID == gen.WorkerPID && slices.Equal(cur.ports, ports) {
+		if n, _ := a.Missed(); n == cur.missed {
+			return
+		}
+	}
+	from := x.now()
+	n, _ := a.Missed()
+	err := a.SetQuiet(pids)
+	if err != nil {
+		if !s.quietErr {
+			s.quietErr = true
+			log.Warn("accept events: the quiet set could not be written: every accept is reported", "err", err)
+		}
+		a.SetQuiet(nil)
+	}
+	to := x.now()
+	next := make(quietHistory, 0, maxQuietEpochs)
+	for _, e := range h[max(0, len(h)-maxQuietEpochs+1):] {
+		if e.to.IsZero() {
+			e.to = to
+		}
+		next = append(next, e)
+	}
+	if err == nil && len(pids) > 0 {
+		next = append(next, quietEpoch{from: from, missed: n, pids: pids, gen: gen, ports: ports})
+	}
+	s.quiet.Store(&next)
+}
+
+// quietAccept answers a TCP record whose accept event is not in the index
+// for good (missed: the kernel's missed count when that was known): the
+// quiet generation, when
+//   - a server answered the ClientHello (a ServerHello or a
+//     HelloRetryRequest), so some process accepted the connection before
+//     the record was finished: a process outside the quiet set would
+//     have reported it;
+//   - every epoch in force between the connection's SYN (less
+//     acceptMargin) and now had the same generation, and at least one
+//     was;
+//   - the record's server port is one that generation listens on
+//     (another server's connection is never answered: one whose accepts
+//     the tracepoints cannot see, io_uring's, say);
+//   - the kernel missed no accept since the first of those epochs began.
+//
+// WorkerPID is kept when those epochs had the same single process.
+func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.Generation, bool) {
+	p := x.acc.quiet.Load()
+	if p == nil || r.Transport != record.TransportTCP || (r.ServerHelloBytes == 0 && !r.HRR) || r.FlowStart.IsZero() {
+		return nil, false
+	}
+	since := r.FlowStart.Add(-acceptMargin)
+	var first *quietEpoch
+	g := (*record.Generation)(nil)
+	for i := range *p {
+		e := &(*p)[i]
+		if !e.to.IsZero() && e.to.Before(since) {
+			continue // over before the connection began
+		}
+		if first == nil {
+			first, g = e, e.gen
+			continue
+		}
+		if e.gen.ID != g.ID || e.gen.MasterPID != g.MasterPID {
+			return nil, false
+		}
+		if e.gen.WorkerPID != g.WorkerPID {
+			w := *g
+			w.WorkerPID = 0
+			g = &w
+		}
+	}
+	if first == nil || missed != first.missed {
+		return nil, false
+	}
+	port := r.ServerPort
+	if port == 0 {
+		port = addrPort(r.Server).Port()
+	}
+	if !slices.Contains(first.ports, port) {
+		return nil, false
+	}
+	return g, true
 }
 
 // remember notes the generation of every process of a scan at now, and

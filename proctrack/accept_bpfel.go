@@ -26,12 +26,21 @@ type acceptEvent struct {
 	Raddr  [16]uint8
 }
 
+type acceptQuietSlot struct {
+	_       structs.HostLayout
+	Tgid    uint32
+	Pad     uint32
+	Accepts uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	acceptMapCounters     = "counters"
 	acceptMapEvents       = "events"
+	acceptMapMissed       = "missed"
+	acceptMapQuiet        = "quiet"
 	acceptProgExitAccept  = "exit_accept"
 	acceptProgExitAccept4 = "exit_accept4"
 	acceptVarUnusedEvent  = "unused_event"
@@ -89,6 +98,8 @@ type acceptProgramSpecs struct {
 type acceptMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	Events   *ebpf.MapSpec `ebpf:"events"`
+	Missed   *ebpf.MapSpec `ebpf:"missed"`
+	Quiet    *ebpf.MapSpec `ebpf:"quiet"`
 }
 
 // acceptVariableSpecs contains global variables before they are loaded into the kernel.
@@ -120,12 +131,16 @@ func (o *acceptObjects) Close() error {
 type acceptMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	Events   *ebpf.Map `ebpf:"events"`
+	Missed   *ebpf.Map `ebpf:"missed"`
+	Quiet    *ebpf.Map `ebpf:"quiet"`
 }
 
 func (m *acceptMaps) Close() error {
 	return _AcceptClose(
 		m.Counters,
 		m.Events,
+		m.Missed,
+		m.Quiet,
 	)
 }
 

@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -64,6 +66,15 @@ func OpenAccepts(cfg AcceptConfig) (_ *Accepts, err error) {
 	if err := k.watchFile.SetReadDeadline(time.Time{}); err != nil {
 		// Not in Go's poller: its watcher could not wait for bursts.
 		return nil, fmt.Errorf("proctrack: accept events: ring buffer not pollable: %w", err)
+	}
+	if k.missedMem, err = unix.Mmap(k.objs.Missed.FD(), 0, os.Getpagesize(), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("proctrack: accept events: map the missed counter: %w", err)
+	}
+	if n := int(k.objs.Quiet.MaxEntries()); n != quietSlots || k.objs.Quiet.ValueSize() != quietSlotSize {
+		return nil, fmt.Errorf("proctrack: accept events: quiet array of %d slots of %d bytes, want %d of %d", n, k.objs.Quiet.ValueSize(), quietSlots, quietSlotSize)
+	}
+	if k.quietMem, err = unix.Mmap(k.objs.Quiet.FD(), 0, quietSlots*quietSlotSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("proctrack: accept events: map the quiet set: %w", err)
 	}
 	a := &Accepts{idx: newAcceptIndex(cfg.MaxEntries), kernel: k}
 	k.a = a
@@ -128,6 +139,13 @@ type acceptLoaded struct {
 	// wakeups per handshake at 600/s, more than everything else pqwatch
 	// does for a handshake).
 	watchFile *os.File
+
+	// missedMem maps the program's missed counter (bpf/accept.c): accepts
+	// outside the quiet set it did not report. quietMem maps its quiet
+	// slots, written by setQuiet (under qmu) and read by counters.
+	missedMem []byte
+	quietMem  []byte
+	qmu       sync.Mutex
 
 	mu         sync.Mutex // serialises drains
 	closed     bool       // under mu: the reader is closed
@@ -229,24 +247,88 @@ func (k *acceptLoaded) add(b []byte) bool {
 }
 
 // sync indexes what the ring holds now, on the caller's goroutine, and
-// says whether it held anything. Under mu, so that events a concurrent
-// drain took from the ring are indexed before the ring is judged empty;
-// an empty ring costs no system call.
-func (k *acceptLoaded) sync() bool {
+// says whether it held anything; then, whether every event the kernel
+// committed is indexed (drained: the ring is empty; an event reserved by
+// an accept still in progress on another CPU keeps it false) and the
+// program's missed count. Under mu, so that events a concurrent drain
+// took from the ring are indexed before the ring is judged empty; an
+// empty ring costs no system call.
+func (k *acceptLoaded) sync() (more, drained bool, missed uint64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.ring.available() == 0 {
-		return false
+	if k.closed {
+		return false, false, 0
 	}
-	return k.drainLocked() > 0
+	if k.ring.available() != 0 {
+		more = k.drainLocked() > 0
+	}
+	return more, k.ring.available() == 0, atomic.LoadUint64((*uint64)(unsafe.Pointer(&k.missedMem[0])))
 }
 
-func (k *acceptLoaded) counters() (drops, readFailures uint64) {
+// missed returns the program's count of accepts outside the quiet set that
+// it did not report (one load from its mapping), and whether every event
+// it committed has been indexed (the ring is empty: a lookup that missed
+// misses for good; an event reserved by an accept still in progress on
+// another CPU keeps it false). Both false and zero once closed.
+func (k *acceptLoaded) missed() (n uint64, drained bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return 0, false
+	}
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&k.missedMem[0]))), k.ring.available() == 0
+}
+
+// The quiet array of bpf/accept.c: QUIET_SLOTS slots of struct
+// quiet_slot (tgid, pad, accepts).
+const (
+	quietSlots    = 1024
+	quietSlotSize = 16
+)
+
+func (k *acceptLoaded) quietSlot(i int) (tgid *uint32, accepts *uint64) {
+	b := k.quietMem[i*quietSlotSize:]
+	return (*uint32)(unsafe.Pointer(&b[0])), (*uint64)(unsafe.Pointer(&b[8]))
+}
+
+// setQuiet makes pids the program's quiet set: the accepts of these
+// processes are counted and not reported. Processes no longer in it are
+// cleared first, so no process is quiet that should not be; a process
+// whose slot another quiet process holds stays reported.
+func (k *acceptLoaded) setQuiet(pids []int) error {
+	k.qmu.Lock()
+	defer k.qmu.Unlock()
+	k.mu.Lock()
+	closed := k.closed
+	k.mu.Unlock()
+	if closed {
+		return errors.New("proctrack: accept events closed")
+	}
+	want := make(map[uint32]bool, len(pids))
+	for _, p := range pids {
+		if p > 0 {
+			want[uint32(p)] = true
+		}
+	}
+	for i := range quietSlots {
+		if t, _ := k.quietSlot(i); *t != 0 && !want[atomic.LoadUint32(t)] {
+			atomic.StoreUint32(t, 0)
+		}
+	}
+	for p := range want {
+		if t, _ := k.quietSlot(int(p) & (quietSlots - 1)); atomic.LoadUint32(t) == 0 {
+			atomic.StoreUint32(t, p)
+		}
+	}
+	return nil
+}
+
+func (k *acceptLoaded) counters() (drops, readFailures, quiet uint64) {
 	k.mu.Lock()
 	drops = k.skipped
 	k.mu.Unlock()
 	if k.objs.Counters == nil {
-		return drops, 0
+		return drops, 0, 0
 	}
 	var per []uint64
 	if k.objs.Counters.Lookup(uint32(0), &per) == nil {
@@ -259,7 +341,15 @@ func (k *acceptLoaded) counters() (drops, readFailures uint64) {
 			readFailures += n
 		}
 	}
-	return drops, readFailures
+	k.qmu.Lock()
+	if k.quietMem != nil {
+		for i := range quietSlots {
+			_, n := k.quietSlot(i)
+			quiet += atomic.LoadUint64(n)
+		}
+	}
+	k.qmu.Unlock()
+	return drops, readFailures, quiet
 }
 
 func (k *acceptLoaded) close() error {
@@ -274,12 +364,22 @@ func (k *acceptLoaded) close() error {
 				<-k.done
 			}
 		}
+		k.mu.Lock()
+		k.closed = true
 		if k.ring != nil {
-			k.mu.Lock()
-			k.closed = true
 			err = errors.Join(err, k.ring.close())
-			k.mu.Unlock()
 		}
+		if k.missedMem != nil {
+			err = errors.Join(err, unix.Munmap(k.missedMem))
+			k.missedMem = nil
+		}
+		k.mu.Unlock()
+		k.qmu.Lock()
+		if k.quietMem != nil {
+			err = errors.Join(err, unix.Munmap(k.quietMem))
+			k.quietMem = nil
+		}
+		k.qmu.Unlock()
 		err = errors.Join(err, k.objs.Close())
 	})
 	return err

@@ -22,18 +22,21 @@ import (
 // TestNginxSwapAcceptAttribution: an nginx binary swap (USR2, WINCH, QUIT)
 // under load, each connection's record handed to the Attribution stage
 // only after the connection closed, as the capture hands on short
-// connections. With accept events every record names the worker (X-Pid)
-// and master that served it, the overlap window included; without them
-// (the fallback, for comparison) the figures are logged.
+// connections. With every accept reported, every record names the worker
+// (X-Pid) and master that served it, the overlap window included; by
+// default (the busiest generation's accepts only counted outside swaps)
+// every record names its master, and its worker unless the quiet
+// generation answered it (two workers: no worker then); without accept
+// events (the fallback, for comparison) the figures are logged.
 func TestNginxSwapAcceptAttribution(t *testing.T) {
 	requireNginx(t)
 	openAccepts(t, 0).Close() // skips without root or BTF
 	for _, tc := range []struct {
-		name     string
-		noAccept bool
-	}{{"ebpf", false}, {"fallback", true}} {
+		name          string
+		noAccept, all bool
+	}{{"ebpf", false, false}, {"ebpf-all", false, true}, {"fallback", true, false}} {
 		t.Run(tc.name, func(t *testing.T) {
-			st, res := swapWithAttribution(t, tc.noAccept)
+			st, res := swapWithAttribution(t, Config{NoAcceptEvents: tc.noAccept, AllAcceptEvents: tc.all})
 			bad, none, closed, noWorker := 0, 0, 0, 0
 			for _, s := range res {
 				switch g := s.r.Generation; {
@@ -41,8 +44,8 @@ func TestNginxSwapAcceptAttribution(t *testing.T) {
 					none++
 				case s.xpid == 0:
 					closed++ // a draining worker closed it before the request: no X-Pid
-				case g.WorkerPID == 0 && g.MasterPID == s.master && tc.noAccept:
-					noWorker++ // the fallback's quiet and listener answers name no worker
+				case g.WorkerPID == 0 && g.MasterPID == s.master && !tc.all:
+					noWorker++ // the quiet answers (the fallback's, the quiet generation's) and listener answers name no worker
 				case g.WorkerPID != s.xpid || g.MasterPID != s.master:
 					bad++
 					report := t.Errorf
@@ -62,6 +65,12 @@ func TestNginxSwapAcceptAttribution(t *testing.T) {
 			if !tc.noAccept && (none > 0 || st.ByAccept == 0) {
 				t.Errorf("with accept events %d of %d records have no generation (%d by accept)", none, len(res), st.ByAccept)
 			}
+			switch {
+			case tc.all && (noWorker > 0 || st.ByAcceptQuiet > 0):
+				t.Errorf("every accept reported: %d records without a worker, %d answered by the quiet generation", noWorker, st.ByAcceptQuiet)
+			case !tc.noAccept && !tc.all && (st.ByAcceptQuiet == 0 || uint64(noWorker) > st.ByAcceptQuiet):
+				t.Errorf("%d records without a worker, %d answered by the quiet generation (want some, and every worker-less record among them)", noWorker, st.ByAcceptQuiet)
+			}
 		})
 	}
 }
@@ -71,13 +80,14 @@ type swapServed struct {
 	xpid, master int
 }
 
-func swapWithAttribution(t *testing.T, noAccept bool) (Stats, []swapServed) {
+func swapWithAttribution(t *testing.T, tcfg Config) (Stats, []swapServed) {
 	l := newNginxLab(t)
 	l.writeConf("x25519")
 	masterA := l.start()
 	defer l.stopAll()
-	tr, err := New(Config{ScanInterval: 100 * time.Millisecond, NoAcceptEvents: noAccept,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	tcfg.ScanInterval = 100 * time.Millisecond
+	tcfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	tr, err := New(tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +134,8 @@ func swapWithAttribution(t *testing.T, noAccept bool) (Stats, []swapServed) {
 				continue
 			}
 			_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-			r := &record.Handshake{Transport: record.TransportTCP, Client: c.LocalAddr().String(), Server: server.String(), FlowStart: start}
+			// A completed handshake: the server answered (ServerHelloBytes).
+			r := &record.Handshake{Transport: record.TransportTCP, Client: c.LocalAddr().String(), Server: server.String(), FlowStart: start, ServerHelloBytes: 123}
 			xpid := 0
 			if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"); err == nil {
 				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {

@@ -40,7 +40,7 @@ type Attribution struct {
 // It starts the kernel's accept events (once per tracker) unless
 // Config.NoAcceptEvents, and says which source it uses.
 func NewAttribution(t *Tracker, next func(*record.Handshake)) *Attribution {
-	t.ix.startAccepts(t.cfg.NoAcceptEvents, t.cfg.MaxAccepts, t.log)
+	t.ix.startAccepts(t.cfg.NoAcceptEvents, t.cfg.AllAcceptEvents, t.cfg.MaxAccepts, t.log)
 	return &Attribution{t: t, x: t.ix, next: next, q: make(chan attribItem, 8192), nudge: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -50,8 +50,10 @@ type attribItem struct {
 	r    *record.Handshake
 	done time.Time
 	// gen, when set, is the answer Process found but could not count
-	// (the tracker was busy scanning): Run counts it and hands it on.
-	gen *record.Generation
+	// (the tracker was busy scanning): Run counts it and hands it on;
+	// quiet says the quiet epoch gave it.
+	gen   *record.Generation
+	quiet bool
 	// due is when the scan it waits for must follow: done, or for a
 	// record waiting for its accept event, done + acceptGrace.
 	due time.Time
@@ -76,17 +78,13 @@ const maxAttribWait = 3 * time.Second
 // otherwise queues it for Run.
 func (a *Attribution) Process(r *record.Handshake) {
 	it := attribItem{r: r}
-	// The ring first (nothing to do, most often, but a load of its two
-	// positions): a record's accept is then the newest in the index, found
-	// in the first slots the lookup reads, rather than missed once by a
-	// scan back to the record's SYN.
-	a.x.syncAccepts()
-	g, res := a.x.attributeAccept(r)
-	if res == acceptMiss && a.x.syncAccepts() {
-		g, res = a.x.attributeAccept(r)
-	}
-	if res == acceptFound && !a.found(g, r, false) {
-		it.gen = g // counted and handed on by Run
+	// The ring is read first (nothing to do, most often, but a load of its
+	// two positions): a record's accept is then the newest in the index,
+	// found in the first slots the lookup reads, rather than missed once
+	// by a scan back to the record's SYN.
+	g, res, quiet := a.x.acceptOrQuiet(r)
+	if res == acceptFound && !a.found(g, r, false, quiet) {
+		it.gen, it.quiet = g, quiet // counted and handed on by Run
 		res = acceptMiss
 	}
 	if res != acceptFound {
@@ -94,15 +92,20 @@ func (a *Attribution) Process(r *record.Handshake) {
 	}
 }
 
-// found attributes r to g (its accept event's process) and hands it on.
-// Off Run's goroutine (wait false) it does not wait for the tracker, which
-// a scan may hold for milliseconds, and says false when it did nothing.
-func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait bool) bool {
+// found attributes r to g (its accept event's process, or the quiet
+// epoch's generation) and hands it on. Off Run's goroutine (wait false) it
+// does not wait for the tracker, which a scan may hold for milliseconds,
+// and says false when it did nothing.
+func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait, quiet bool) bool {
 	if !a.t.observeAttributed(g, r, wait) {
 		return false
 	}
 	a.x.attributed.Add(1)
-	a.x.acc.byAccept.Add(1)
+	if quiet {
+		a.x.acc.byQuiet.Add(1)
+	} else {
+		a.x.acc.byAccept.Add(1)
+	}
 	r.Generation = g // published generations are never changed: shared, not copied
 	a.next(r)
 	return true
@@ -122,7 +125,7 @@ func (a *Attribution) queue(it attribItem) {
 		}
 	default:
 		if it.gen != nil { // found, only not counted yet: wait for the tracker
-			a.found(it.gen, r, true)
+			a.found(it.gen, r, true, it.quiet)
 			return
 		}
 		a.skipped.Add(1)
@@ -152,7 +155,7 @@ func (a *Attribution) Flush() {
 	}
 	for it := range a.q { // Run never started: hand on as they are
 		if it.gen != nil {
-			a.found(it.gen, it.r, true)
+			a.found(it.gen, it.r, true, it.quiet)
 			continue
 		}
 		a.next(it.r)
@@ -192,13 +195,10 @@ func (a *Attribution) Run() {
 				// all after the ring was read, waits for the next scan
 				// like a quiet-period record, and is asked again.
 				if it.gen != nil {
-					a.found(it.gen, it.r, true)
+					a.found(it.gen, it.r, true, it.quiet)
 					continue
 				}
 				res := a.fromAccept(it, false)
-				if res == acceptMiss && a.x.syncAccepts() {
-					res = a.fromAccept(it, false)
-				}
 				switch res {
 				case acceptFound:
 					continue
@@ -323,10 +323,10 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 // on when found; last says no later attempt follows (count a process the
 // tracker does not know).
 func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
-	g, res := a.x.attributeAccept(it.r)
+	g, res, quiet := a.x.acceptOrQuiet(it.r)
 	switch res {
 	case acceptFound:
-		a.found(g, it.r, true)
+		a.found(g, it.r, true, quiet)
 	case acceptUnknown:
 		if last {
 			a.x.acc.unknownPid.Add(1)

@@ -13,7 +13,7 @@ type Collector struct {
 
 	info, cpu, rss, workers, handshakes, events, failed, attrib *prometheus.Desc
 
-	source, accepts, acceptEvictions, ringDrops *prometheus.Desc
+	source, accepts, acceptEvictions, ringDrops, acceptQuiet *prometheus.Desc
 }
 
 // Collector returns the Prometheus collector of t.
@@ -42,7 +42,7 @@ func (t *Tracker) Collector() *Collector {
 			"Swaps that failed: .oldbin or [emerg] without a new master running in time.",
 			nil, nil),
 		attrib: prometheus.NewDesc("pqwatch_attributions_total",
-			"TCP handshakes by how their server process was found: accept (the kernel's accept event named the process), quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).",
+			"TCP handshakes by how their server process was found: accept (the kernel's accept event named the process), accept_quiet (the kernel reported every accept but the quiet generation's, and none for this connection: that generation accepted it), quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).",
 			[]string{"method"}, nil),
 		source: prometheus.NewDesc("pqwatch_attribution_source_info",
 			"1 for the source attribution uses: ebpf (the kernel's accept events first), fallback (process scans and socket lookups only: eBPF unavailable or switched off; the start log says why).",
@@ -56,12 +56,15 @@ func (t *Tracker) Collector() *Collector {
 		ringDrops: prometheus.NewDesc("pqwatch_accept_ringbuf_drops_total",
 			"Accept events the kernel dropped because the ring buffer was full.",
 			nil, nil),
+		acceptQuiet: prometheus.NewDesc("pqwatch_accept_quiet_total",
+			"Accepts of the quiet generation's processes, counted by the kernel and not reported (outside swaps, the generation serving the most handshakes).",
+			nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed, c.attrib, c.source, c.accepts, c.acceptEvictions, c.ringDrops} {
+	for _, d := range []*prometheus.Desc{c.info, c.cpu, c.rss, c.workers, c.handshakes, c.events, c.failed, c.attrib, c.source, c.accepts, c.acceptEvictions, c.ringDrops, c.acceptQuiet} {
 		ch <- d
 	}
 }
@@ -78,6 +81,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.accepts, prometheus.CounterValue, float64(as.Events))
 	ch <- prometheus.MustNewConstMetric(c.acceptEvictions, prometheus.CounterValue, float64(as.Evictions))
 	ch <- prometheus.MustNewConstMetric(c.ringDrops, prometheus.CounterValue, float64(as.RingDrops))
+	ch <- prometheus.MustNewConstMetric(c.acceptQuiet, prometheus.CounterValue, float64(as.Quiet))
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	for _, g := range t.st.order {
@@ -102,7 +106,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, m := range []struct {
 		method string
 		n      uint64
-	}{{"accept", t.ix.acc.byAccept.Load()}, {"quiet", t.ix.quiet.Load()}, {"socket", t.ix.bySocket.Load()}, {"listener", t.ix.byListener.Load()}, {"none", t.ix.unattributed.Load()}, {"skipped", t.ix.skipped.Load()}} {
+	}{{"accept", t.ix.acc.byAccept.Load()}, {"accept_quiet", t.ix.acc.byQuiet.Load()}, {"quiet", t.ix.quiet.Load()}, {"socket", t.ix.bySocket.Load()}, {"listener", t.ix.byListener.Load()}, {"none", t.ix.unattributed.Load()}, {"skipped", t.ix.skipped.Load()}} {
 		ch <- prometheus.MustNewConstMetric(c.attrib, prometheus.CounterValue, float64(m.n), m.method)
 	}
 }

@@ -155,9 +155,10 @@ func TestOtherServerAttribution(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(tr.Collector())
 	want := `
-# HELP pqwatch_attributions_total TCP handshakes by how their server process was found: accept (the kernel's accept event named the process), quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).
+# HELP pqwatch_attributions_total TCP handshakes by how their server process was found: accept (the kernel's accept event named the process), accept_quiet (the kernel reported every accept but the quiet generation's, and none for this connection: that generation accepted it), quiet (one generation alone served throughout, no lookup), socket (the connection's socket), listener (the connection was gone; one generation holds the listener), none (not found), skipped (the attribution queue was full).
 # TYPE pqwatch_attributions_total counter
 pqwatch_attributions_total{method="accept"} 0
+pqwatch_attributions_total{method="accept_quiet"} 0
 pqwatch_attributions_total{method="listener"} 1
 pqwatch_attributions_total{method="none"} 1
 pqwatch_attributions_total{method="quiet"} 1

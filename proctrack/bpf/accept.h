@@ -15,6 +15,8 @@ typedef __u32 __be32;
 typedef __u32 __wsum;
 
 enum bpf_map_type {
+	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
@@ -26,6 +28,11 @@ enum {
 };
 enum {
 	BPF_RB_AVAIL_DATA = 0,
+};
+
+/* A map's flag (uapi bpf.h): user space may mmap an array map. */
+enum {
+	BPF_F_MMAPABLE = (1U << 10),
 };
 
 struct in6_addr {
