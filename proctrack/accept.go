@@ -69,7 +69,15 @@ type Accepts struct {
 	// offset is realtime minus monotonic, in nanoseconds.
 	offset atomic.Int64
 	kernel acceptKernel // nil in tests that feed the index directly
+	// portLast holds, for each slot of local ports (port % portSlots),
+	// the latest accept time (Unix ns) of the events indexed on a port of
+	// the slot: a connection that began after it has no event to look up
+	// (NoEventSince), so the quiet generation answers without a lookup.
+	portLast [portSlots]atomic.Int64
 }
+
+// portSlots is the size of Accepts.portLast (32 kB).
+const portSlots = 4096
 
 // acceptKernel is the loaded program: its counters, a sync of its reader,
 // and Close.
@@ -192,7 +200,18 @@ func (a *Accepts) Close() error {
 
 // add indexes one accept; mono is the kernel's CLOCK_MONOTONIC nanoseconds.
 func (a *Accepts) add(local, remote netip.AddrPort, tgid, tid uint32, mono uint64) {
-	a.idx.put(acceptKeyOf(remote, local), acceptEntry{tgid: tgid, tid: tid, unixNano: int64(mono) + a.offset.Load()})
+	t := int64(mono) + a.offset.Load()
+	a.idx.put(acceptKeyOf(remote, local), acceptEntry{tgid: tgid, tid: tid, unixNano: t})
+	if l := &a.portLast[local.Port()%portSlots]; l.Load() < t {
+		l.Store(t)
+	}
+}
+
+// NoEventSince says that no event indexed so far accepted a connection on
+// local port at or after since (Unix ns): a Lookup with notBefore since
+// misses. False means there may be one.
+func (a *Accepts) NoEventSince(port uint16, since int64) bool {
+	return a.portLast[port%portSlots].Load() < since
 }
 
 // acceptKey is a connection's addresses, compact (36 bytes: the index

@@ -126,6 +126,19 @@ func (x *attribIndex) acceptOrQuiet(r *record.Handshake) (g *record.Generation, 
 		return nil, acceptOff, false
 	}
 	_, drained, missed := a.sync()
+	if drained && !r.FlowStart.IsZero() && r.Transport == record.TransportTCP {
+		// No event on the record's port since its SYN: the lookup would
+		// miss, and the quiet generation may answer at once.
+		port := r.ServerPort
+		if port == 0 {
+			port = addrPort(r.Server).Port()
+		}
+		if a.NoEventSince(port, r.FlowStart.Add(-acceptMargin).UnixNano()) {
+			if qg, ok := x.quietAccept(r, missed); ok {
+				return qg, acceptFound, true
+			}
+		}
+	}
 	g, res = x.attributeAccept(r)
 	if res == acceptMiss {
 		// A sync that indexed nothing new says nothing of the lookup

@@ -46,12 +46,13 @@ type cpuResult struct {
 	bpf            map[string]bpfProg // pqwatch's BPF programs over the load window, by name
 	hostBusyTicks  uint64             // /proc/stat busy ticks over the load window
 	hostAllTicks   uint64
-	packets        float64  // packets pqwatch read from the rings over the window
-	vol, invol     uint64   // pqwatch's context switches over the window
-	refNsPerWakeup float64  // the reference process's CPU per voluntary switch
-	idleVol        uint64   // pqwatch's voluntary switches over the idle period
-	loadBefore     string   // /proc/loadavg at the start of the run
-	invalid        []string // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
+	packets        float64            // packets pqwatch read from the rings over the window
+	attrib         map[string]float64 // pqwatch_attributions_total by method over the window
+	vol, invol     uint64             // pqwatch's context switches over the window
+	refNsPerWakeup float64            // the reference process's CPU per voluntary switch
+	idleVol        uint64             // pqwatch's voluntary switches over the idle period
+	loadBefore     string             // /proc/loadavg at the start of the run
+	invalid        []string           // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
 }
 
 // startNginx runs nginx in the foreground (daemon off) with a throwaway
@@ -283,6 +284,11 @@ func (r *cpuResult) load(ctx context.Context, o options, dir string, ngx, pq *pr
 		r.observed = after.sum("pqwatch_handshakes_total") - before.sum("pqwatch_handshakes_total")
 		r.observedOK = after.sumWhere("pqwatch_handshakes_total", `outcome="ok"`) - before.sumWhere("pqwatch_handshakes_total", `outcome="ok"`)
 		r.packets = after.sum("pqwatch_capture_packets_total") - before.sum("pqwatch_capture_packets_total")
+		r.attrib = map[string]float64{}
+		for _, m := range []string{"accept", "accept_quiet", "quiet", "socket", "listener", "none", "skipped"} {
+			sel := `method="` + m + `"`
+			r.attrib[m] = after.sumWhere("pqwatch_attributions_total", sel) - before.sumWhere("pqwatch_attributions_total", sel)
+		}
 	}
 
 	var res struct {
@@ -430,6 +436,18 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 	row("client requests completed / sent", func(r *cpuResult) string { return fmt.Sprintf("%d/%d", r.clientOK, r.clientSent) })
 	row("  rate achieved /s", func(r *cpuResult) string { return fmt.Sprintf("%.0f", r.rateAchieved) })
 	row("handshakes pqwatch observed (ok)", func(r *cpuResult) string { return fmt.Sprintf("%.0f (%.0f)", r.observed, r.observedOK) })
+	row("  attributed: accept event / quiet generation / other", func(r *cpuResult) string {
+		if r.attrib == nil {
+			return "-"
+		}
+		other := 0.0
+		for m, n := range r.attrib {
+			if m != "accept" && m != "accept_quiet" {
+				other += n
+			}
+		}
+		return fmt.Sprintf("%.0f / %.0f / %.0f", r.attrib["accept"], r.attrib["accept_quiet"], other)
+	})
 	row("nginx µs/handshake (schedstat)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", float64(r.ngxNs)/1000/r.observed) })
 	row("pqwatch threads µs/handshake (schedstat)", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.pqNs)/1000/r.observed) })
 	names := map[string]bool{}
