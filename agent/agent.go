@@ -308,7 +308,11 @@ func New(cfg Config) (a *Agent, err error) {
 			return new(record.Handshake)
 		}
 		pc.Done = func(r *record.Handshake) {
-			*r = record.Handshake{} // what it points to is the collector's again
+			// What it points to is the collector's again, but for the
+			// memory of its hello's lists, which the sniffer fills in
+			// place next time (the sinks copy what they keep).
+			*r = record.Handshake{ALPN: r.ALPN[:0], OfferedGroups: r.OfferedGroups[:0], KeyShares: r.KeyShares[:0],
+				OfferedIDs: r.OfferedIDs[:0], KeyShareIDs: r.KeyShareIDs[:0]}
 			pool.Put(r)
 		}
 	}

@@ -33,6 +33,7 @@ type acceptSource struct {
 	// has ended: every accept reported since), byQuiet the records they
 	// answered. quietMu serialises setQuiet; quietErr is logged once.
 	quiet    atomic.Pointer[quietHistory]
+	attached time.Time // when the program was attached: no accept before it was reported
 	byQuiet  atomic.Uint64
 	quietMu  sync.Mutex
 	quietErr bool
@@ -75,6 +76,7 @@ func (x *attribIndex) startAccepts(off, all bool, maxAccepts int, log *slog.Logg
 			log.Warn("accept events (eBPF) unavailable: attributing by process scans and socket lookups; swap windows may go unattributed", "source", SourceFallback, "reason", err)
 			return
 		}
+		x.acc.attached = x.now()
 		x.acc.a.Store(a)
 		x.rescanSoon() // the next Tick scans, and chooses the quiet set
 		if all {
@@ -300,13 +302,17 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 //   - the record's server port is one that generation listens on
 //     (another server's connection is never answered: one whose accepts
 //     the tracepoints cannot see, io_uring's, say);
-//   - the kernel missed no accept since the first of those epochs began.
+//   - the kernel missed no accept since the first of those epochs began,
+//     and the program was attached before the connection began.
 //
 // WorkerPID is kept when those epochs had the same single process.
 func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.Generation, bool) {
 	p := x.acc.quiet.Load()
 	if p == nil || r.Transport != record.TransportTCP || (r.ServerHelloBytes == 0 && !r.HRR) || r.FlowStart.IsZero() {
 		return nil, false
+	}
+	if r.FlowStart.Before(x.acc.attached) {
+		return nil, false // accepted, maybe, before any accept was reported
 	}
 	since := r.FlowStart.Add(-acceptMargin)
 	var first *quietEpoch

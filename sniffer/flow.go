@@ -554,7 +554,10 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 	} else {
 		r = new(record.Handshake)
 	}
+	// A reused record's slices keep their memory for fillClientHello.
+	alpn, offered, shares, offeredIDs, shareIDs := r.ALPN[:0], r.OfferedGroups[:0], r.KeyShares[:0], r.OfferedIDs[:0], r.KeyShareIDs[:0]
 	*r = record.Handshake{
+		ALPN: alpn, OfferedGroups: offered, KeyShares: shares, OfferedIDs: offeredIDs, KeyShareIDs: shareIDs,
 		TS:               st.tsAt(st.tlsStart).UTC(),
 		FlowStart:        f.synTS,
 		Transport:        record.TransportTCP,
@@ -816,23 +819,31 @@ func (s *Sniffer) fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello,
 		r.SNI = s.strs.String(ch.ServerName)
 	}
 	na, ng, nk := len(ch.ALPN), len(ch.SupportedGroups), len(ch.KeyShares)
-	var strs []string
-	if na+ng > 0 {
-		strs = make([]string, 0, na+ng)
-	}
-	var ids []uint16
-	if ng+nk > 0 {
-		ids = make([]uint16, 0, ng+nk)
-	}
-	if na > 0 {
-		r.ALPN = strs[0:0:na]
-		for _, a := range ch.ALPN {
-			r.ALPN = append(r.ALPN, s.strs.String(a))
+	if cap(r.ALPN) >= na && cap(r.OfferedGroups) >= ng && cap(r.OfferedIDs) >= ng && cap(r.KeyShares) >= nk && cap(r.KeyShareIDs) >= nk {
+		// A reused record (pqwatch run) whose slices hold this hello: no
+		// allocation (and no fresh heap page).
+		r.ALPN, r.OfferedGroups, r.OfferedIDs, r.KeyShares, r.KeyShareIDs = r.ALPN[:0], r.OfferedGroups[:0], r.OfferedIDs[:0], r.KeyShares[:0], r.KeyShareIDs[:0]
+	} else {
+		// Two allocations for the five slices (three with key shares),
+		// each slice capped so that appending to one never writes into
+		// another.
+		var strs []string
+		if na+ng > 0 {
+			strs = make([]string, 0, na+ng)
+		}
+		var ids []uint16
+		if ng+nk > 0 {
+			ids = make([]uint16, 0, ng+nk)
+		}
+		r.ALPN, r.OfferedGroups = strs[0:0:na], strs[na:na:na+ng]
+		r.OfferedIDs, r.KeyShareIDs = ids[0:0:ng], ids[ng:ng:ng+nk]
+		r.KeyShares = nil
+		if nk > 0 {
+			r.KeyShares = make([]record.KeyShare, 0, nk)
 		}
 	}
-	if ng > 0 {
-		r.OfferedGroups = strs[na : na : na+ng]
-		r.OfferedIDs = ids[0:0:ng]
+	for _, a := range ch.ALPN {
+		r.ALPN = append(r.ALPN, s.strs.String(a))
 	}
 	for _, g := range ch.SupportedGroups {
 		if tlsparse.IsGREASE(uint16(g)) {
@@ -844,16 +855,22 @@ func (s *Sniffer) fillClientHello(r *record.Handshake, ch *tlsparse.ClientHello,
 			r.PQOffered = true
 		}
 	}
-	if nk > 0 {
-		r.KeyShares = make([]record.KeyShare, 0, nk)
-		r.KeyShareIDs = ids[ng : ng : ng+nk]
-	}
 	for _, k := range ch.KeyShares {
 		if tlsparse.IsGREASE(uint16(k.Group)) {
 			continue
 		}
 		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: k.Group.String(), Bytes: k.Len})
 		r.KeyShareIDs = append(r.KeyShareIDs, uint16(k.Group))
+	}
+	// Nothing of a kind: nil, as a record that never had the memory.
+	if len(r.ALPN) == 0 {
+		r.ALPN = nil
+	}
+	if len(r.OfferedGroups) == 0 {
+		r.OfferedGroups, r.OfferedIDs = nil, nil
+	}
+	if len(r.KeyShares) == 0 {
+		r.KeyShares, r.KeyShareIDs = nil, nil
 	}
 	r.JA4 = s.ja4.JA4(ch, transport)
 }
