@@ -462,8 +462,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if gcFloor != nil {
 		gcFloor.Adjust()
 		a.log.Info("collector held back on a small heap", "gc_floor_bytes", gcFloor.Floor(), "gogc", gcFloor.Percent(),
-			"prefaulted_bytes", gcFloor.Prefault(),
-			"why", "fewer collections of a small live heap, on pages mapped at start; GOGC in the environment turns this off")
+			"why", "fewer collections of a small live heap; GOGC in the environment turns this off")
 	}
 	a.hk = func(now time.Time, batch bool) {
 		scan(false)

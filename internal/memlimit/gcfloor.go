@@ -2,7 +2,6 @@ package memlimit
 
 import (
 	"os"
-	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 )
@@ -94,47 +93,4 @@ func gcPercentFor(floor, live, roots int64) int {
 	}
 	p := (floor - live) * 100 / max(1, live+roots)
 	return int(min(max(p, 100), maxGCPercent))
-}
-
-// Prefault touches, once, the heap the collector's goal lets the process
-// grow into (the goal less the heap it holds), then hands it back to the
-// runtime unreleased, so the spans allocated later come from pages already
-// mapped instead of a page fault each on first use. On a VM that shadows
-// page tables a fault costs tens of microseconds: while the agent's heap
-// first grew to a 32 MiB floor at 600 handshakes a second (some two
-// minutes), its faults were about 7% of its CPU. The process is then
-// resident at its goal from the start rather than after its first minutes
-// of traffic (no more than the floor; the runtime's scavenger releases
-// what exceeds the goal). Call it after Adjust; it returns the bytes
-// touched (0 for nil, or when the goal leaves less than a MiB).
-func (g *GCFloor) Prefault() int64 {
-	if g == nil {
-		return 0
-	}
-	s := []metrics.Sample{
-		{Name: "/gc/heap/goal:bytes"},
-		{Name: "/memory/classes/heap/objects:bytes"},
-		{Name: "/memory/classes/heap/unused:bytes"},
-		{Name: "/memory/classes/heap/free:bytes"},
-	}
-	metrics.Read(s)
-	var v [4]int64
-	for i, x := range s {
-		if x.Value.Kind() == metrics.KindUint64 {
-			v[i] = int64(x.Value.Uint64())
-		}
-	}
-	n := min(v[0], g.floor) - v[1] - v[2] - v[3] - 1<<20
-	if n < 1<<20 {
-		return 0
-	}
-	b := make([]byte, n) // fresh pages: the runtime does not clear them
-	page := os.Getpagesize()
-	for i := 0; i < len(b); i += page {
-		b[i] = 1
-	}
-	runtime.KeepAlive(b)
-	b = nil
-	runtime.GC() // the pages go back to the heap, mapped
-	return n
 }

@@ -3,7 +3,6 @@ package memlimit
 import (
 	"os"
 	"runtime/debug"
-	"runtime/metrics"
 	"testing"
 )
 
@@ -54,41 +53,4 @@ func TestGCFloorAdjust(t *testing.T) {
 	}
 	var none *GCFloor
 	none.Adjust() // nil: nothing
-}
-
-// TestGCFloorPrefault: the heap up to the goal is touched and handed back
-// to the runtime mapped: afterwards it is free heap, not live objects, and
-// not released to the OS.
-func TestGCFloorPrefault(t *testing.T) {
-	if _, set := os.LookupEnv("GOGC"); set {
-		t.Skip("GOGC is set: no floor")
-	}
-	if _, set := os.LookupEnv("GOMEMLIMIT"); set {
-		t.Skip("GOMEMLIMIT is set: the floor follows it")
-	}
-	before := debug.SetGCPercent(100)
-	defer debug.SetGCPercent(before)
-	var nilFloor *GCFloor
-	if n := nilFloor.Prefault(); n != 0 {
-		t.Errorf("nil floor touched %d bytes", n)
-	}
-	g := NewGCFloor(32 << 20)
-	if g == nil {
-		t.Skip("no floor here (a memory limit under 4 MiB?)")
-	}
-	g.Adjust()
-	n := g.Prefault()
-	if n < 8<<20 {
-		t.Fatalf("touched %d bytes below a 32 MiB floor", n)
-	}
-	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/free:bytes"}}
-	metrics.Read(s)
-	live, free := int64(s[0].Value.Uint64()), int64(s[1].Value.Uint64())
-	t.Logf("touched %d MiB; then live objects %d MiB, free mapped heap %d MiB", n>>20, live>>20, free>>20)
-	if live > n/2 {
-		t.Errorf("%d bytes of live objects after the touched buffer was freed", live)
-	}
-	if free < n/2 {
-		t.Errorf("%d bytes of free mapped heap after touching %d: released to the OS", free, n)
-	}
 }
