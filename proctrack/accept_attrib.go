@@ -230,8 +230,12 @@ type quietEpoch struct {
 
 // quietHistory is the recent epochs, oldest first, published whole: a
 // record asked after the set changed may have been accepted in the epoch
-// before.
-type quietHistory []quietEpoch
+// before. Before floor (the end of the last epoch let go) nothing is
+// known any more: a connection that began then is not answered.
+type quietHistory struct {
+	epochs []quietEpoch
+	floor  time.Time
+}
 
 // maxQuietEpochs bounds the history.
 const maxQuietEpochs = 4
@@ -253,8 +257,8 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 		h = *p
 	}
 	var cur *quietEpoch
-	if len(h) > 0 && h[len(h)-1].to.IsZero() {
-		cur = &h[len(h)-1]
+	if n := len(h.epochs); n > 0 && h.epochs[n-1].to.IsZero() {
+		cur = &h.epochs[n-1]
 	}
 	if cur == nil && len(pids) == 0 {
 		return
@@ -276,15 +280,20 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 		a.SetQuiet(nil)
 	}
 	to := x.now()
-	next := make(quietHistory, 0, maxQuietEpochs)
-	for _, e := range h[max(0, len(h)-maxQuietEpochs+1):] {
+	next := quietHistory{epochs: make([]quietEpoch, 0, maxQuietEpochs), floor: h.floor}
+	keep := max(0, len(h.epochs)-maxQuietEpochs+1)
+	for i, e := range h.epochs {
 		if e.to.IsZero() {
 			e.to = to
 		}
-		next = append(next, e)
+		if i < keep {
+			next.floor = e.to
+			continue
+		}
+		next.epochs = append(next.epochs, e)
 	}
 	if err == nil && len(pids) > 0 {
-		next = append(next, quietEpoch{from: from, missed: n, pids: pids, gen: gen, ports: ports})
+		next.epochs = append(next.epochs, quietEpoch{from: from, missed: n, pids: pids, gen: gen, ports: ports})
 	}
 	s.quiet.Store(&next)
 }
@@ -315,10 +324,13 @@ func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.G
 		return nil, false // accepted, maybe, before any accept was reported
 	}
 	since := r.FlowStart.Add(-acceptMargin)
+	if !since.After(p.floor) {
+		return nil, false // an epoch let go may have been in force
+	}
 	var first *quietEpoch
 	g := (*record.Generation)(nil)
-	for i := range *p {
-		e := &(*p)[i]
+	for i := range p.epochs {
+		e := &p.epochs[i]
 		if !e.to.IsZero() && e.to.Before(since) {
 			continue // over before the connection began
 		}

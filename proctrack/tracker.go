@@ -412,7 +412,10 @@ func (t *Tracker) chooseQuiet(now time.Time) {
 			for _, c := range g.handshakes {
 				n += c
 			}
-			d := n - t.quietSeen[g]
+			var d uint64
+			if n > t.quietSeen[g] { // the $pid stage may take a count back
+				d = n - t.quietSeen[g]
+			}
 			t.quietSeen[g] = n
 			if g == t.quietGen {
 				cur = d
