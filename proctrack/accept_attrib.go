@@ -305,12 +305,12 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 //     HelloRetryRequest), so some process accepted the connection before
 //     the record was finished: a process outside the quiet set would
 //     have reported it;
-//   - every epoch in force between the connection's SYN (less
-//     acceptMargin) and now had the same generation, and at least one
-//     was;
-//   - the record's server port is one that generation listens on
-//     (another server's connection is never answered: one whose accepts
-//     the tracepoints cannot see, io_uring's, say);
+//   - of the epochs in force between the connection's SYN (less
+//     acceptMargin) and now, those whose generation listens on the
+//     record's server port (the others' processes cannot have accepted
+//     it) had one generation, and there was at least one (so another
+//     server's connection is never answered: one whose accepts the
+//     tracepoints cannot see, io_uring's, say);
 //   - the kernel missed no accept since the first of those epochs began,
 //     and the program was attached before the connection began.
 //
@@ -327,12 +327,19 @@ func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.G
 	if !since.After(p.floor) {
 		return nil, false // an epoch let go may have been in force
 	}
+	port := r.ServerPort
+	if port == 0 {
+		port = addrPort(r.Server).Port()
+	}
+	// The epochs in force since the connection began, of generations
+	// that listen on its port (another's processes cannot have accepted
+	// it): one generation, or no answer.
 	var first *quietEpoch
 	g := (*record.Generation)(nil)
 	for i := range p.epochs {
 		e := &p.epochs[i]
-		if !e.to.IsZero() && e.to.Before(since) {
-			continue // over before the connection began
+		if (!e.to.IsZero() && e.to.Before(since)) || !slices.Contains(e.ports, port) {
+			continue
 		}
 		if first == nil {
 			first, g = e, e.gen
@@ -348,13 +355,6 @@ func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.G
 		}
 	}
 	if first == nil || missed != first.missed {
-		return nil, false
-	}
-	port := r.ServerPort
-	if port == 0 {
-		port = addrPort(r.Server).Port()
-	}
-	if !slices.Contains(first.ports, port) {
 		return nil, false
 	}
 	return g, true

@@ -92,7 +92,8 @@ func TestCaddyRestartAcceptAttribution(t *testing.T) {
 			if !same {
 				continue // made across the restart: no truth by time
 			}
-			r := &record.Handshake{Transport: record.TransportTCP, Client: client, Server: addr, FlowStart: begin}
+			// A completed handshake: the server answered (ServerHelloBytes).
+			r := &record.Handshake{Transport: record.TransportTCP, Client: client, Server: addr, FlowStart: begin, ServerHelloBytes: 123}
 			at.Process(r)
 			all = append(all, sent{r, pid})
 		}

@@ -147,6 +147,19 @@ func TestQuietAccept(t *testing.T) {
 		t.Errorf("under B: answered %+v", g)
 	}
 
+	// Another server's generation (its own port) becomes the quiet one:
+	// a connection to B's port that began under B's epoch is still B's,
+	// C's processes not listening there.
+	other := &record.Generation{ID: "caddy-dddd-40", MasterPID: 40, WorkerPID: 40}
+	underB := rec(now.Add(-100*time.Millisecond), 90, server)
+	x.setQuiet([]int{40}, other, []uint16{8443}, testLog(t))
+	step(time.Second)
+	if g := ask(underB); g != genB {
+		t.Errorf("began under B, asked under another port's generation: answered %+v", g)
+	}
+	x.setQuiet([]int{21, 22}, genB, []uint16{443}, testLog(t))
+	inB = step(time.Second)
+
 	// A swap: every accept reported again. A connection accepted before
 	// the set was cleared, asked after, is B's; one after has no answer.
 	lateB := rec(inB.Add(100*time.Millisecond), 90, server)
