@@ -84,7 +84,7 @@ const portSlots = 4096
 type acceptKernel interface {
 	counters() (drops, readFailures, quiet uint64)
 	sync() (more, drained bool, missed uint64)
-	missed() (n uint64, drained bool)
+	missed() uint64
 	setQuiet(pids []int) error
 	close() error
 }
@@ -168,12 +168,10 @@ func (a *Accepts) SetQuiet(pids []int) error {
 }
 
 // Missed returns the kernel's count of accepts outside the quiet set that
-// it did not report (its ring buffer full, a socket it could not read),
-// and whether every event it reported is indexed: a Lookup that missed
-// then misses for good.
-func (a *Accepts) Missed() (n uint64, drained bool) {
+// it did not report (its ring buffer full, a socket it could not read).
+func (a *Accepts) Missed() uint64 {
 	if a.kernel == nil {
-		return 0, true
+		return 0
 	}
 	return a.kernel.missed()
 }

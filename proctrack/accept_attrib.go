@@ -128,18 +128,14 @@ func (x *attribIndex) acceptOrQuiet(r *record.Handshake) (g *record.Generation, 
 		return nil, acceptOff, false
 	}
 	_, drained, missed := a.sync()
-	if drained && !r.FlowStart.IsZero() && r.Transport == record.TransportTCP {
-		// No event on the record's port since its SYN: the lookup would
-		// miss, and the quiet generation may answer at once.
-		port := r.ServerPort
-		if port == 0 {
-			port = addrPort(r.Server).Port()
+	if drained && !r.FlowStart.IsZero() && r.Transport == record.TransportTCP &&
+		a.NoEventSince(serverPort(r), r.FlowStart.Add(-acceptMargin).UnixNano()) {
+		// Every committed event is indexed and none is on the record's
+		// port since its SYN: the lookup would miss, for good.
+		if qg, ok := x.quietAccept(r, missed); ok {
+			return qg, acceptFound, true
 		}
-		if a.NoEventSince(port, r.FlowStart.Add(-acceptMargin).UnixNano()) {
-			if qg, ok := x.quietAccept(r, missed); ok {
-				return qg, acceptFound, true
-			}
-		}
+		return nil, acceptMiss, false
 	}
 	g, res = x.attributeAccept(r)
 	if res == acceptMiss {
@@ -265,12 +261,12 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 	}
 	if cur != nil && len(pids) > 0 && slices.Equal(cur.pids, pids) && cur.gen.ID == gen.ID &&
 		cur.gen.WorkerPID == gen.WorkerPID && slices.Equal(cur.ports, ports) {
-		if n, _ := a.Missed(); n == cur.missed {
+		if a.Missed() == cur.missed {
 			return
 		}
 	}
 	from := x.now()
-	n, _ := a.Missed()
+	n := a.Missed()
 	err := a.SetQuiet(pids)
 	if err != nil {
 		if !s.quietErr {
@@ -327,10 +323,7 @@ func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.G
 	if !since.After(p.floor) {
 		return nil, false // an epoch let go may have been in force
 	}
-	port := r.ServerPort
-	if port == 0 {
-		port = addrPort(r.Server).Port()
-	}
+	port := serverPort(r)
 	// The epochs in force since the connection began, of generations
 	// that listen on its port (another's processes cannot have accepted
 	// it): one generation, or no answer.
@@ -358,6 +351,15 @@ func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.G
 		return nil, false
 	}
 	return g, true
+}
+
+// serverPort is r's server port: the sniffer's field, else parsed from
+// its text.
+func serverPort(r *record.Handshake) uint16 {
+	if r.ServerPort != 0 {
+		return r.ServerPort
+	}
+	return addrPort(r.Server).Port()
 }
 
 // remember notes the generation of every process of a scan at now, and

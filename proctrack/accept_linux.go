@@ -265,18 +265,15 @@ func (k *acceptLoaded) sync() (more, drained bool, missed uint64) {
 	return more, k.ring.available() == 0, atomic.LoadUint64((*uint64)(unsafe.Pointer(&k.missedMem[0])))
 }
 
-// missed returns the program's count of accepts outside the quiet set that
-// it did not report (one load from its mapping), and whether every event
-// it committed has been indexed (the ring is empty: a lookup that missed
-// misses for good; an event reserved by an accept still in progress on
-// another CPU keeps it false). Both false and zero once closed.
-func (k *acceptLoaded) missed() (n uint64, drained bool) {
+// missed returns the program's count of accepts outside the quiet set
+// that it did not report: one load from its mapping (0 once closed).
+func (k *acceptLoaded) missed() uint64 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
-		return 0, false
+		return 0
 	}
-	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&k.missedMem[0]))), k.ring.available() == 0
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&k.missedMem[0])))
 }
 
 // The quiet array of bpf/accept.c: QUIET_SLOTS slots of struct
@@ -311,7 +308,7 @@ func (k *acceptLoaded) setQuiet(pids []int) error {
 		}
 	}
 	for i := range quietSlots {
-		if t, _ := k.quietSlot(i); *t != 0 && !want[atomic.LoadUint32(t)] {
+		if t, _ := k.quietSlot(i); !want[atomic.LoadUint32(t)] {
 			atomic.StoreUint32(t, 0)
 		}
 	}

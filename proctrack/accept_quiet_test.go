@@ -2,9 +2,15 @@ package proctrack
 
 import (
 	"log/slog"
+	"net"
 	"net/netip"
+	"os"
+	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -20,7 +26,7 @@ type fakeKernel struct {
 
 func (k *fakeKernel) counters() (drops, readFailures, quiet uint64) { return 0, 0, 0 }
 func (k *fakeKernel) sync() (more, drained bool, missed uint64)     { return false, !k.notEmpty, k.missedN }
-func (k *fakeKernel) missed() (uint64, bool)                        { return k.missedN, !k.notEmpty }
+func (k *fakeKernel) missed() uint64                                { return k.missedN }
 func (k *fakeKernel) setQuiet(pids []int) error                     { k.quiet, k.sets = pids, k.sets+1; return nil }
 func (k *fakeKernel) close() error                                  { return nil }
 
@@ -197,3 +203,71 @@ func TestQuietAccept(t *testing.T) {
 }
 
 func testLog(t *testing.T) *slog.Logger { return slog.New(slog.NewTextHandler(testWriter{t}, nil)) }
+
+// TestQuietSetLive: the kernel's quiet set on a real accept program. This
+// process serves a loopback port and is the only generation, so it
+// becomes the quiet one: every connection it accepts is counted by the
+// kernel (AcceptStats.Quiet, pqwatch_accept_quiet_total) and reported by
+// no event, and every record, with a server answer, takes this process's
+// generation from the quiet set (accept_quiet). The truth: the n
+// connections this test dialled and the server accepted.
+func TestQuietSetLive(t *testing.T) {
+	openAccepts(t, 0).Close() // skips without root or BTF
+	server, dial := goServer(t)
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}})
+	for range 2 { // the first scan discovers, the second builds the generation
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	var out []*record.Handshake
+	at := NewAttribution(tr, func(r *record.Handshake) { mu.Lock(); out = append(out, r); mu.Unlock() })
+	go at.Run()
+	if err := tr.Scan(); err != nil { // chooses the quiet set
+		t.Fatal(err)
+	}
+	h := tr.ix.acc.quiet.Load()
+	if h == nil || len(h.epochs) != 1 || !slices.Equal(h.epochs[0].pids, []int{os.Getpid()}) || !slices.Contains(h.epochs[0].ports, server.Port()) {
+		t.Fatalf("quiet history %+v, want this process (%d) on port %d", h, os.Getpid(), server.Port())
+	}
+	before := tr.AcceptStats()
+	const n = 50
+	for range n {
+		start := time.Now()
+		c := dial()
+		client := c.LocalAddr().(*net.TCPAddr).AddrPort()
+		c.Close()
+		time.Sleep(2 * time.Millisecond) // the server accepts
+		at.Process(&record.Handshake{Transport: record.TransportTCP, Client: client.String(), Server: server.String(),
+			FlowStart: start, ServerHelloBytes: 90})
+	}
+	at.Flush()
+	after := tr.AcceptStats()
+	if q := after.Quiet - before.Quiet; q != n {
+		t.Errorf("the kernel counted %d quiet accepts, this test made %d connections", q, n)
+	}
+	if st := tr.Stats(); st.ByAcceptQuiet != n || len(out) != n {
+		t.Errorf("%d records, stats %+v: want %d by the quiet generation", len(out), st, n)
+	}
+	for i, r := range out {
+		if r.Generation == nil || r.Generation.WorkerPID != os.Getpid() {
+			t.Fatalf("record %d: generation %+v, want this process %d", i, r.Generation, os.Getpid())
+		}
+	}
+	// Its accepts were reported by no event: the index holds none of them.
+	if after.Events != before.Events {
+		t.Logf("%d accept events meanwhile (other processes of the host)", after.Events-before.Events)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(tr.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "pqwatch_accept_quiet_total" && mf.GetMetric()[0].GetCounter().GetValue() < n {
+			t.Errorf("pqwatch_accept_quiet_total %v, want at least %d", mf.GetMetric()[0].GetCounter().GetValue(), n)
+		}
+	}
+}

@@ -450,13 +450,7 @@ func (t *Tracker) chooseQuiet(now time.Time) {
 		t.ix.setQuiet(nil, nil, nil, t.log) // no listener found: nothing to answer for
 		return
 	}
-	var gen *record.Generation
-	for _, p := range t.st.serving {
-		if p.gen == pick && p.rec != nil {
-			gen = p.rec
-			break
-		}
-	}
+	gen := t.st.procs[pids[0]].rec // a serving process of pick, so not nil
 	if len(pids) > 1 {
 		g := *gen
 		g.WorkerPID = 0
