@@ -45,6 +45,10 @@ type attribIndex struct {
 
 	quietAt  atomic.Int64 // quietFrom in Unix ns, for QuietSince
 	swapping atomic.Bool  // two generations of one nginx lineage alive
+	// swappingIDs are the generations of the lineages in a swap (as of the
+	// last scan): a quiet answer is scoped to the port's owner, so another
+	// nginx's swap does not stop it.
+	swappingIDs map[string]bool
 
 	// Requests to the scans.
 	reqMu     sync.Mutex
@@ -84,8 +88,9 @@ func newAttribIndex(cfg Config, diag *sockDiag) *attribIndex {
 
 // servingTarget is a serving process as the index sees it.
 type servingTarget struct {
-	pid int
-	rec *record.Generation
+	pid  int
+	rec  *record.Generation
+	role nginxRole
 }
 
 // servingEntry is one serving process as a quiet period sees it.
@@ -96,13 +101,14 @@ type servingEntry struct {
 
 // publish ends a scan that started at now with the state it left: a change
 // in the serving set (a process started, exited or changed role) starts a
-// new quiet period, and waiters of LastScan's channel are released.
-func (x *attribIndex) publish(st *swapState, now time.Time) {
+// new quiet period, and waiters of LastScan's channel are released. It
+// says whether the serving set changed.
+func (x *attribIndex) publish(st *swapState, now time.Time) (changed bool) {
 	sig := make([]servingEntry, 0, len(st.serving))
 	serving := make([]servingTarget, 0, len(st.serving))
 	for _, p := range st.serving {
 		sig = append(sig, servingEntry{p.key, p.role})
-		serving = append(serving, servingTarget{p.key.pid, p.rec})
+		serving = append(serving, servingTarget{p.key.pid, p.rec, p.role})
 	}
 	slices.SortFunc(sig, func(a, b servingEntry) int { return a.key.pid - b.key.pid })
 	byPID := make(map[int]*record.Generation, len(st.procs))
@@ -123,10 +129,13 @@ func (x *attribIndex) publish(st *swapState, now time.Time) {
 		// A process that exited was alive at the previous scan and may
 		// have served until this one: the new period starts now.
 		x.servingSig, x.quietFrom = sig, now
+		changed = true
 	}
-	x.swapping.Store(st.swapping())
+	x.swappingIDs = st.swappingIDs()
+	x.swapping.Store(len(x.swappingIDs) > 0)
 	x.quietAt.Store(x.quietFrom.UnixNano())
 	x.scanned(now)
+	return changed
 }
 
 // probed ends a probe that started at now and found nothing changed: it
@@ -288,11 +297,20 @@ func (x *attribIndex) attributeQuiet(server netip.AddrPort, udp bool, from, to t
 	x.mu.RLock()
 	qf, ls := x.quietFrom, x.lastScanAt
 	x.mu.RUnlock()
-	if qf.IsZero() || !from.After(qf) || !ls.After(to) || x.swapping.Load() {
+	if qf.IsZero() || !ls.After(to) {
 		return nil, false
 	}
-	o := x.listenerOwnerCached(server, udp, qf)
-	if o.gen == nil || !o.all {
+	// The quiet period is the port's: since its owner (the generation
+	// holding every listener on it, and that generation's processes) last
+	// changed. Another server's change elsewhere on the host does not end it.
+	o, since := x.portOwner(server, udp, qf)
+	if o.gen == nil || !o.all || !from.After(since) {
+		return nil, false
+	}
+	x.mu.RLock()
+	swapping := x.swappingIDs[o.gen.ID]
+	x.mu.RUnlock()
+	if swapping {
 		return nil, false
 	}
 	x.attributed.Add(1)

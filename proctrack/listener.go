@@ -29,6 +29,12 @@ type listenerKey struct {
 type listenerEntry struct {
 	at time.Time
 	owner
+	// sig names the owner as of at: its generation, whether it holds
+	// every listener, and its serving processes with their roles. since
+	// is when the owner was first seen as sig: no later than its last
+	// change, so a connection begun after since was accepted by it.
+	sig   string
+	since time.Time
 }
 
 // owner is who holds the listening sockets of one server address.
@@ -120,12 +126,86 @@ func (x *attribIndex) listenerOwnerCached(server netip.AddrPort, udp bool, notBe
 	if e, ok := c.entries[k]; ok && now.Sub(e.at) < listenerTTL && !e.at.Before(notBefore) {
 		return e.owner
 	}
+	return x.refreshOwnerLocked(k, now).owner
+}
+
+// refreshOwnerLocked reads the owner of k again. since is kept when the
+// owner is the one read before; it is now when the owner changed, and the
+// last change of the serving set for an address not read before (what it
+// was before that is unknown; since then the scans saw no change). The
+// caller holds the cache's lock.
+func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time) listenerEntry {
+	c := &x.listeners
 	if c.entries == nil || len(c.entries) > 256 {
 		c.entries = make(map[listenerKey]listenerEntry)
 	}
-	o := x.listenerOwner(server, udp)
-	c.entries[k] = listenerEntry{at: now, owner: o}
-	return o
+	x.mu.RLock()
+	qf := x.quietFrom
+	x.mu.RUnlock()
+	prev, had := c.entries[k]
+	o := x.listenerOwner(k.addr, k.udp)
+	e := listenerEntry{at: now, owner: o, sig: x.ownerSig(o), since: now}
+	switch {
+	case had && prev.sig == e.sig:
+		e.since = prev.since
+	case !had && !qf.IsZero() && qf.Before(now):
+		e.since = qf
+	}
+	c.entries[k] = e
+	return e
+}
+
+// portOwner is the owner of server's listeners, read again when older than
+// notBefore (the last change of the serving set) or listenerTTL, and since
+// when it has been that owner.
+func (x *attribIndex) portOwner(server netip.AddrPort, udp bool, notBefore time.Time) (owner, time.Time) {
+	c := &x.listeners
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := x.now()
+	k := listenerKey{server, udp}
+	e, ok := c.entries[k]
+	if !ok || now.Sub(e.at) >= listenerTTL || e.at.Before(notBefore) {
+		e = x.refreshOwnerLocked(k, now)
+	}
+	return e.owner, e.since
+}
+
+// refreshOwners reads the owner of every remembered address again, after a
+// scan found the serving set changed: a port whose owner did not change
+// keeps its quiet period, and one that did starts a new one now, even if it
+// changes back before anyone asks.
+func (x *attribIndex) refreshOwners() {
+	c := &x.listeners
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := x.now()
+	for k := range c.entries {
+		x.refreshOwnerLocked(k, now)
+	}
+}
+
+// ownerSig names an owner: its generation, whether it holds every
+// listener, and the generation's serving processes (pid and role) of the
+// last scan.
+func (x *attribIndex) ownerSig(o owner) string {
+	if o.gen == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(o.gen.ID)
+	if o.all {
+		b.WriteString(" all")
+	}
+	for _, tg := range x.servingTargets(nil) {
+		if tg.rec != nil && tg.rec.ID == o.gen.ID {
+			b.WriteByte(' ')
+			b.WriteString(strconv.Itoa(tg.pid))
+			b.WriteByte('/')
+			b.WriteString(strconv.Itoa(int(tg.role)))
+		}
+	}
+	return b.String()
 }
 
 // listenerOwner finds who holds the listening TCP sockets (udp: the

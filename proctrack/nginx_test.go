@@ -700,6 +700,74 @@ func TestNginxReloadUnderLoad(t *testing.T) {
 	}
 }
 
+// TestQuietPeriodPerPort: one nginx in a binary swap (two generations
+// alive, sharing its listener) does not end the quiet period of another
+// nginx on another port: handshakes with the quiet one are still attributed
+// without a lookup, those with the swapping one are not. Its owner changing
+// (a reload replacing its workers) starts the port's period anew.
+func TestQuietPeriodPerPort(t *testing.T) {
+	quietLab, swapLab := newNginxLab(t), newNginxLab(t)
+	quietLab.writeConf("x25519")
+	swapLab.writeConf("x25519")
+	mq, ms := quietLab.start(), swapLab.start()
+	tr, _ := startTracker(t)
+	gq := genByMaster(t, tr, mq, 2)
+	gs := genByMaster(t, tr, ms, 2)
+	swapLab.signal(ms, syscall.SIGUSR2)
+	waitEvent(t, tr, 5*time.Second, KindUSR2, gs.ID)
+	if _, swapping := tr.QuietSince(); !swapping {
+		t.Fatal("the host should be in a swap")
+	}
+	quietAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(quietLab.port))
+	swapAddr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(swapLab.port))
+	cfgQ := &tls.Config{RootCAs: quietLab.pool, ServerName: "localhost"}
+	cfgS := &tls.Config{RootCAs: swapLab.pool, ServerName: "localhost"}
+	answered := 0
+	for range 10 {
+		s, err := oneHandshake(quietAddr, cfgQ, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.xpid == 0 {
+			t.Fatal("no X-Pid from the quiet nginx")
+		}
+		if q := <-s.quiet; q != nil {
+			answered++
+			if q.ID != gq.ID {
+				t.Errorf("quiet answer %s, want %s", q.ID, gq.ID)
+			}
+		}
+		s, err = oneHandshake(swapAddr, cfgS, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if q := <-s.quiet; q != nil {
+			t.Errorf("quiet answer %s for the nginx in a swap (served by %d)", q.ID, s.xpid)
+		}
+	}
+	if answered == 0 {
+		t.Error("no handshake with the quiet nginx attributed by its quiet period while the other swapped")
+	}
+	t.Logf("%d of 10 handshakes with the quiet nginx answered during the other's swap", answered)
+
+	// The quiet nginx reloads: its workers change, so its port's period
+	// starts again; a connection begun before is not answered.
+	before := time.Now()
+	quietLab.writeConf("secp256r1")
+	if out, err := exec.Command(quietLab.bin, "-p", quietLab.dir+"/", "-c", quietLab.conf, "-e", quietLab.errLog, "-s", "reload").CombinedOutput(); err != nil {
+		t.Fatalf("nginx -s reload: %v: %s", err, out)
+	}
+	waitEvent(t, tr, 5*time.Second, KindReload, gq.ID)
+	waitFor(t, 5*time.Second, "a scan after the reload's workers", func() bool {
+		g, _ := tr.Generation(gq.ID)
+		last, _ := tr.LastScan()
+		return len(g.Workers) == 2 && !slices.ContainsFunc(g.Workers, func(w int) bool { return slices.Contains(gq.Workers, w) }) && last.After(time.Now().Add(-50*time.Millisecond))
+	})
+	if g, ok := tr.AttributeQuiet(quietAddr, before, before); ok {
+		t.Errorf("a connection begun before the reload answered by the quiet period: %+v", g)
+	}
+}
+
 func TestNginxFailedSwapAndRollback(t *testing.T) {
 	l := newNginxLab(t)
 	l.writeConf("x25519")

@@ -553,3 +553,18 @@ func (s *swapState) swapping() bool {
 	}
 	return false
 }
+
+// swappingIDs are the ids of the generations in a swap in progress (alive,
+// with their parent or successor alive); nil when none is.
+func (s *swapState) swappingIDs() map[string]bool {
+	var ids map[string]bool
+	for _, g := range s.order {
+		if g.alive && ((g.parent != nil && g.parent.alive) || (g.successor != nil && g.successor.alive)) {
+			if ids == nil {
+				ids = map[string]bool{}
+			}
+			ids[g.rec.ID] = true
+		}
+	}
+	return ids
+}

@@ -374,7 +374,9 @@ func (t *Tracker) Scan() error {
 	}
 	t.lastScan = now
 	t.discoverServers(now)
-	t.ix.publish(t.st, now)
+	if t.ix.publish(t.st, now) {
+		t.ix.refreshOwners()
+	}
 	t.chooseQuiet(now)
 	return nil
 }
