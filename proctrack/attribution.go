@@ -281,6 +281,11 @@ func (a *Attribution) mayBeQuiet(it attribItem) bool {
 	if r.FlowStart.IsZero() {
 		return false
 	}
+	if since, quiet, known := a.x.portQuietSince(addrPort(r.Server), false); known {
+		// The port's own period: another server's change or swap
+		// elsewhere on the host does not end it.
+		return quiet && r.FlowStart.Add(-acceptMargin).After(since)
+	}
 	since, swapping := a.x.quietSince()
 	return !swapping && r.FlowStart.Add(-acceptMargin).After(since)
 }

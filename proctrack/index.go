@@ -1,6 +1,7 @@
 package proctrack
 
 import (
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -49,6 +50,9 @@ type attribIndex struct {
 	// last scan): a quiet answer is scoped to the port's owner, so another
 	// nginx's swap does not stop it.
 	swappingIDs map[string]bool
+	// portQuiets: each read port's quiet period, copied on change (rare)
+	// and read per record without a lock.
+	portQuiets atomic.Pointer[map[listenerKey]portQuiet]
 
 	// Requests to the scans.
 	reqMu     sync.Mutex
@@ -102,7 +106,8 @@ type servingEntry struct {
 // publish ends a scan that started at now with the state it left: a change
 // in the serving set (a process started, exited or changed role) starts a
 // new quiet period, and waiters of LastScan's channel are released. It
-// says whether the serving set changed.
+// says whether the serving set or the generations in a swap changed (the
+// ports' owners are to be read again).
 func (x *attribIndex) publish(st *swapState, now time.Time) (changed bool) {
 	sig := make([]servingEntry, 0, len(st.serving))
 	serving := make([]servingTarget, 0, len(st.serving))
@@ -131,8 +136,12 @@ func (x *attribIndex) publish(st *swapState, now time.Time) (changed bool) {
 		x.servingSig, x.quietFrom = sig, now
 		changed = true
 	}
-	x.swappingIDs = st.swappingIDs()
-	x.swapping.Store(len(x.swappingIDs) > 0)
+	ids := st.swappingIDs()
+	if !maps.Equal(ids, x.swappingIDs) {
+		changed = true // the ports' quiet flags change
+	}
+	x.swappingIDs = ids
+	x.swapping.Store(len(ids) > 0)
 	x.quietAt.Store(x.quietFrom.UnixNano())
 	x.scanned(now)
 	return changed
@@ -158,6 +167,27 @@ func (x *attribIndex) lastScan() (time.Time, <-chan struct{}) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	return x.lastScanAt, x.scanDone
+}
+
+// inSwap says whether g's generation is in a swap in progress (as of the
+// last scan).
+func (x *attribIndex) inSwap(g *record.Generation) bool {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	return x.swappingIDs[g.ID]
+}
+
+// portQuietSince is Attribution's per-record question, lock-free: when the
+// quiet period of server's port began, and whether it is one (a single
+// generation holds every listener and is not in a swap); known is false
+// for a port the quiet path has not read yet.
+func (x *attribIndex) portQuietSince(server netip.AddrPort, udp bool) (since time.Time, quiet, known bool) {
+	m := x.portQuiets.Load()
+	if m == nil {
+		return time.Time{}, false, false
+	}
+	q, ok := (*m)[listenerKey{server, udp}]
+	return q.since, q.quiet, ok
 }
 
 // quietSince is when the current quiet period began, and whether an nginx
@@ -250,15 +280,7 @@ func (x *attribIndex) attribute(client, server netip.AddrPort, from time.Time) (
 		// The connection is gone (short connections close before the
 		// capture reports them) or in TIME_WAIT: fall back to the
 		// listening socket's owner when that is unambiguous.
-		x.mu.RLock()
-		changed := !from.IsZero() && (x.quietFrom.IsZero() || x.quietFrom.After(from))
-		x.mu.RUnlock()
-		if changed {
-			x.wantPort(server.Port())
-			x.unattributed.Add(1)
-			return nil, false
-		}
-		if g, ok := x.attributeListener(server); ok {
+		if g, ok := x.attributeListener(server, from); ok {
 			x.attributed.Add(1)
 			x.byListener.Add(1)
 			return g, true
@@ -304,13 +326,7 @@ func (x *attribIndex) attributeQuiet(server netip.AddrPort, udp bool, from, to t
 	// holding every listener on it, and that generation's processes) last
 	// changed. Another server's change elsewhere on the host does not end it.
 	o, since := x.portOwner(server, udp, qf)
-	if o.gen == nil || !o.all || !from.After(since) {
-		return nil, false
-	}
-	x.mu.RLock()
-	swapping := x.swappingIDs[o.gen.ID]
-	x.mu.RUnlock()
-	if swapping {
+	if o.gen == nil || !o.all || !from.After(since) || x.inSwap(o.gen) {
 		return nil, false
 	}
 	x.attributed.Add(1)

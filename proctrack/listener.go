@@ -1,6 +1,7 @@
 package proctrack
 
 import (
+	"maps"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -56,29 +57,35 @@ const listenerTTL = time.Second
 // accepted it, when exactly one generation holds that socket. During an
 // nginx binary swap both masters hold the inherited listener, so the answer
 // is "unknown" then, never a guess. WorkerPID is left unset: any worker of
-// the generation may have accepted the connection.
+// the generation may have accepted the connection. from, when set, is when
+// the connection may first have been accepted.
 //
 // The holders are the serving processes of the last scan, and the
 // listener's holders now are not always who accepted a connection before:
-// so there is no answer while a swap is in progress (after WINCH the old
-// workers close their listeners and finish the connections they accepted,
-// before a scan sees them shutting down), nor while the nginx process tree
-// is not the one the last scan saw (a master with a child no scan knows: a
-// USR2's new master, new workers after HUP or a crash, which may be
-// serving from the same listener); the scans are asked to look.
-func (x *attribIndex) attributeListener(server netip.AddrPort) (*record.Generation, bool) {
-	if x.swapping.Load() {
+// so there is no answer when the port's owner changed since from (its
+// quiet period began later), while the owner's generation is in a swap
+// (after WINCH the old workers close their listeners and finish the
+// connections they accepted, before a scan sees them shutting down), nor
+// while the nginx process tree is not the one the last scan saw (a master
+// with a child no scan knows: a USR2's new master, new workers after HUP
+// or a crash, which may be serving from the same listener); the scans are
+// asked to look.
+func (x *attribIndex) attributeListener(server netip.AddrPort, from time.Time) (*record.Generation, bool) {
+	x.mu.RLock()
+	qf, at := x.quietFrom, x.publishedAt
+	x.mu.RUnlock()
+	if qf.IsZero() {
 		return nil, false
 	}
 	if !x.treeCurrent() {
 		x.rescanSoon()
 		return nil, false
 	}
-	x.mu.RLock()
-	at := x.publishedAt
-	x.mu.RUnlock()
-	o := x.listenerOwnerCached(server, false, at)
-	return o.gen, o.gen != nil
+	o, since := x.portOwner(server, false, at)
+	if o.gen == nil || (!from.IsZero() && since.After(from)) || x.inSwap(o.gen) {
+		return nil, false
+	}
+	return o.gen, true
 }
 
 // treeCurrent says whether every child of the last scan's nginx masters is
@@ -115,20 +122,6 @@ func (x *attribIndex) treeCurrent() bool {
 	return true
 }
 
-// listenerOwnerCached is listenerOwner, cached for listenerTTL, and never
-// older than notBefore.
-func (x *attribIndex) listenerOwnerCached(server netip.AddrPort, udp bool, notBefore time.Time) owner {
-	c := &x.listeners
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := x.now()
-	k := listenerKey{server, udp}
-	if e, ok := c.entries[k]; ok && now.Sub(e.at) < listenerTTL && !e.at.Before(notBefore) {
-		return e.owner
-	}
-	return x.refreshOwnerLocked(k, now).owner
-}
-
 // refreshOwnerLocked reads the owner of k again. since is kept when the
 // owner is the one read before; it is now when the owner changed, and the
 // last change of the serving set for an address not read before (what it
@@ -152,7 +145,36 @@ func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time) listenerE
 		e.since = qf
 	}
 	c.entries[k] = e
+	x.publishPortQuiet(k, portQuiet{since: e.since, quiet: o.gen != nil && o.all && !x.inSwap(o.gen)})
 	return e
+}
+
+// portQuiet is one port's quiet period as Attribution reads it per record.
+type portQuiet struct {
+	since time.Time
+	quiet bool
+}
+
+// publishPortQuiet makes q the quiet period of k for portQuietSince,
+// copying the map when it changed (at most 256 ports, as the cache). The
+// caller holds the cache's lock.
+func (x *attribIndex) publishPortQuiet(k listenerKey, q portQuiet) {
+	cur := x.portQuiets.Load()
+	if cur != nil {
+		if old, ok := (*cur)[k]; ok && old.quiet == q.quiet && old.since.Equal(q.since) {
+			return
+		}
+	}
+	n := 1
+	if cur != nil {
+		n += len(*cur)
+	}
+	m := make(map[listenerKey]portQuiet, n)
+	if cur != nil && len(*cur) < 256 {
+		maps.Copy(m, *cur)
+	}
+	m[k] = q
+	x.portQuiets.Store(&m)
 }
 
 // portOwner is the owner of server's listeners, read again when older than

@@ -749,6 +749,22 @@ func TestQuietPeriodPerPort(t *testing.T) {
 		t.Error("no handshake with the quiet nginx attributed by its quiet period while the other swapped")
 	}
 	t.Logf("%d of 10 handshakes with the quiet nginx answered during the other's swap", answered)
+	// What the agent asks per record, whether to wait for the quiet path:
+	// yes for the quiet port, no for the swapping one.
+	if _, quiet, known := tr.ix.portQuietSince(quietAddr, false); !known || !quiet {
+		t.Errorf("quiet port: known %v quiet %v", known, quiet)
+	}
+	if _, quiet, known := tr.ix.portQuietSince(swapAddr, false); !known || quiet {
+		t.Errorf("swapping port: known %v quiet %v", known, quiet)
+	}
+	// A gone connection on the quiet port is answered by its listener;
+	// on the swapping port it is not.
+	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), quietAddr); !ok || g.ID != gq.ID || g.WorkerPID != 0 {
+		t.Errorf("listener answer on the quiet port: %+v %v", g, ok)
+	}
+	if g, ok := tr.Attribute(netip.MustParseAddrPort("127.0.0.1:1"), swapAddr); ok {
+		t.Errorf("listener answer on the swapping port: %+v", g)
+	}
 
 	// The quiet nginx reloads: its workers change, so its port's period
 	// starts again; a connection begun before is not answered.
