@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
@@ -98,5 +99,17 @@ func TestSummaryResumedAndGroupMissing(t *testing.T) {
 		if !strings.Contains(b.String(), line) {
 			t.Errorf("text report lacks %q:\n%s", line, b.String())
 		}
+	}
+}
+
+// BenchmarkSummaryWrite is the summary sink's cost per record (pqwatch run's
+// default text format counts every record here).
+func BenchmarkSummaryWrite(b *testing.B) {
+	s := New(forecast.DefaultPolicy)
+	r := done(hello("13", []uint16{mlkem, x25519}, []uint16{mlkem, x25519}), "X25519MLKEM768")
+	r.Node, r.Server, r.SNI, r.TS = "node-a", "10.0.0.1:443", "a.test", time.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = s.Write(r)
 	}
 }
