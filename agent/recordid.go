@@ -17,7 +17,7 @@ import (
 // order when sorted as text.
 type recordIDs struct {
 	node   string
-	prefix [17]byte // 16 hex digits and '-'
+	prefix string // 16 hex digits and '-'
 	n      atomic.Uint64
 }
 
@@ -28,17 +28,18 @@ func newRecordIDs(node string) *recordIDs {
 	ids := &recordIDs{node: node}
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24+)
-	putHex(ids.prefix[:16], binary.BigEndian.Uint64(b[:]))
-	ids.prefix[16] = '-'
+	var p [17]byte
+	putHex(p[:16], binary.BigEndian.Uint64(b[:]))
+	p[16] = '-'
+	ids.prefix = string(p[:])
 	return ids
 }
 
-// stamp sets r's Node and ID. It is safe for concurrent use.
+// stamp sets r's Node and ID: the ID as its prefix and number, formatted
+// by whoever writes it (record.Handshake.AppendID), so stamping allocates
+// nothing. It is safe for concurrent use.
 func (ids *recordIDs) stamp(r *record.Handshake) {
-	var b [33]byte
-	copy(b[:], ids.prefix[:])
-	putHex(b[17:], ids.n.Add(1))
-	r.Node, r.ID = ids.node, string(b[:])
+	r.Node, r.IDPrefix, r.IDSeq = ids.node, ids.prefix, ids.n.Add(1)
 }
 
 // putHex writes v as 16 lower-case hex digits into b.

@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"encoding/json"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -26,15 +28,16 @@ func TestRecordIDs(t *testing.T) {
 				for range 1000 {
 					var r record.Handshake
 					ids.stamp(&r)
-					if r.Node != "edge-7" || !idRe.MatchString(r.ID) {
-						t.Errorf("start %d: node %q id %q", start, r.Node, r.ID)
+					id := r.RecordID()
+					if r.Node != "edge-7" || !idRe.MatchString(id) || len(r.AppendID(nil)) != r.IDLen() {
+						t.Errorf("start %d: node %q id %q", start, r.Node, id)
 						return
 					}
 					mu.Lock()
-					if seen[r.ID] {
-						t.Errorf("id %s twice", r.ID)
+					if seen[id] {
+						t.Errorf("id %s twice", id)
 					}
-					seen[r.ID] = true
+					seen[id] = true
 					mu.Unlock()
 				}
 			})
@@ -48,11 +51,20 @@ func TestRecordIDs(t *testing.T) {
 	var a, b record.Handshake
 	ids.stamp(&a)
 	ids.stamp(&b)
-	if a.Node == "" || a.ID >= b.ID || a.ID[:17] != b.ID[:17] {
-		t.Errorf("default node %q; ids %q then %q: want the host name and increasing ids of one prefix", a.Node, a.ID, b.ID)
+	ia, ib := a.RecordID(), b.RecordID()
+	if a.Node == "" || ia >= ib || ia[:17] != ib[:17] {
+		t.Errorf("default node %q; ids %q then %q: want the host name and increasing ids of one prefix", a.Node, ia, ib)
 	}
-	if n := testing.AllocsPerRun(100, func() { ids.stamp(&a) }); n > 1 {
-		t.Errorf("stamp: %v allocations, want the ID string only", n)
+	if n := testing.AllocsPerRun(100, func() { ids.stamp(&a) }); n != 0 {
+		t.Errorf("stamp: %v allocations, want none (the ID is formatted where it is written)", n)
+	}
+	// Written by the encoders as it reads.
+	line := exporter.AppendJSON(nil, &a)
+	if want := `"id":"` + a.RecordID() + `"`; !strings.Contains(string(line), want) {
+		t.Errorf("JSON line %s lacks %s", line, want)
+	}
+	if js, err := json.Marshal(a); err != nil || !strings.Contains(string(js), `"id":"`+a.RecordID()+`"`) {
+		t.Errorf("json.Marshal: %s %v", js, err)
 	}
 }
 

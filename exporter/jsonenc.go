@@ -90,7 +90,17 @@ func AppendJSON(dst []byte, h *record.Handshake) []byte {
 		dst = append(dst, '}')
 	}
 	dst = appendOptString(dst, `,"node":`, h.Node)
-	dst = appendOptString(dst, `,"id":`, h.ID)
+	if h.HasID() {
+		// The agent's IDs are hex digits and a dash: nothing to escape.
+		dst = append(dst, `,"id":`...)
+		if h.ID != "" {
+			dst = appendString(dst, h.ID)
+		} else {
+			dst = append(dst, '"')
+			dst = h.AppendID(dst)
+			dst = append(dst, '"')
+		}
+	}
 	return append(dst, '}')
 }
 

@@ -207,7 +207,7 @@ func entryBytes(e *entry) int {
 	}
 	n += recordSize + len(h.Transport) + len(h.Client) + len(h.Server) + len(h.SNI) + len(h.Version) +
 		len(h.Cipher) + len(h.Group) + len(h.HRRGroup) + len(h.GroupMissing) + len(h.Outcome) + len(h.Alert) +
-		len(h.JA4) + len(h.Node) + len(h.ID) + 16*(cap(h.ALPN)+cap(h.OfferedGroups)) +
+		len(h.JA4) + len(h.Node) + h.IDLen() + 16*(cap(h.ALPN)+cap(h.OfferedGroups)) +
 		keyShareSize*cap(h.KeyShares) + 2*(cap(h.OfferedIDs)+cap(h.KeyShareIDs))
 	for _, a := range h.ALPN {
 		n += len(a)

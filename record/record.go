@@ -131,6 +131,12 @@ type Handshake struct {
 	// duplicates. Live mode only: analyze leaves both empty.
 	Node string `json:"node,omitempty"`
 	ID   string `json:"id,omitempty"`
+	// IDPrefix and IDSeq are an ID not formatted yet: the agent numbers its
+	// records, and the text ("<IDPrefix><IDSeq as 16 hex digits>") is
+	// written where it is needed (AppendID, RecordID), so a record costs
+	// no string of its own. ID, when set, is the ID.
+	IDPrefix string `json:"-"`
+	IDSeq    uint64 `json:"-"`
 
 	// Fields below are internal to pqwatch (not part of the SPEC record) and
 	// never serialised. They let joins and forecasts work without re-parsing.
@@ -147,6 +153,39 @@ type Handshake struct {
 	KeyShareIDs []uint16  `json:"-"` // key_share codepoints, GREASE removed
 }
 
+// HasID says whether the record has an ID (ID or IDSeq set).
+func (h *Handshake) HasID() bool { return h.ID != "" || h.IDSeq != 0 }
+
+// AppendID appends the record's ID to dst (nothing when it has none).
+func (h *Handshake) AppendID(dst []byte) []byte {
+	if h.ID != "" || h.IDSeq == 0 {
+		return append(dst, h.ID...)
+	}
+	dst = append(dst, h.IDPrefix...)
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, digits[(h.IDSeq>>shift)&0xf])
+	}
+	return dst
+}
+
+// IDLen is the length of the record's ID.
+func (h *Handshake) IDLen() int {
+	if h.ID != "" || h.IDSeq == 0 {
+		return len(h.ID)
+	}
+	return len(h.IDPrefix) + 16
+}
+
+// RecordID is the record's ID as a string ("" when it has none).
+func (h *Handshake) RecordID() string {
+	if h.ID != "" || h.IDSeq == 0 {
+		return h.ID
+	}
+	var b [64]byte
+	return string(h.AppendID(b[:0]))
+}
+
 // Sink consumes records. Implementations must copy what they keep beyond the call.
 type Sink interface {
 	Write(h *Handshake) error
@@ -159,6 +198,7 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z07:00"
 // MarshalJSON writes ts with all nine fractional digits.
 func (h Handshake) MarshalJSON() ([]byte, error) {
 	type plain Handshake
+	h.ID = h.RecordID()
 	return json.Marshal(struct {
 		TS string `json:"ts"`
 		plain

@@ -280,10 +280,11 @@ func FillIDs(r *record.Handshake) {
 // node, server and SNI rows.
 func (pl *Plan) Add(r *record.Handshake) {
 	pl.Read++
-	if r.ID != "" {
+	if r.HasID() {
 		// A hash, not the string: a quarter of the memory; two ids of
 		// 10 million collide with a chance of about 3e-6.
-		h := maphash.String(pl.seed, r.ID)
+		var b [64]byte
+		h := maphash.Bytes(pl.seed, r.AppendID(b[:0]))
 		if _, dup := pl.ids[h]; dup {
 			pl.Duplicates++
 			return
