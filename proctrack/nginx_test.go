@@ -861,3 +861,114 @@ func TestNginxFailedSwapAndRollback(t *testing.T) {
 		t.Errorf("%d quit events, want 0 (it was a rollback)", n)
 	}
 }
+
+// TestProbeWatch: after a scan, the probe learns of a master's or a
+// server's exit from its pidfd and of a pid file's rename from an inotify
+// watch, without reading their /proc files; what they report is a change.
+func TestProbeWatch(t *testing.T) {
+	l := newNginxLab(t)
+	l.writeConf("x25519")
+	master := l.start()
+	// A server that is not nginx: a child process holding a listener
+	// (this test binary, run as TestHelperListener).
+	srv := exec.Command(os.Args[0], "-test.run=^TestHelperListener$")
+	srv.Env = append(os.Environ(), "PQWATCH_TEST_LISTENER=1")
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdin, err := srv.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); _ = srv.Process.Kill(); _ = srv.Wait() })
+	var port int
+	if _, err := fmt.Fscan(out, &port); err != nil || port == 0 {
+		t.Fatalf("helper listener: port %d, %v", port, err)
+	}
+	tr := quietTracker(t, Config{ScanInterval: 100 * time.Millisecond, ListenerRescan: time.Millisecond, ServerPorts: []uint16{uint16(port)}})
+	var mk, sk procKey
+	waitFor(t, 5*time.Second, "the master and the server tracked", func() bool {
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+		tr.mu.RLock()
+		defer tr.mu.RUnlock()
+		for pid, p := range tr.st.procs {
+			switch {
+			case pid == master && p.role == roleMaster:
+				mk = p.key
+			case pid == srv.Process.Pid && p.server:
+				sk = p.key
+			}
+		}
+		return mk.pid != 0 && sk.pid != 0
+	})
+	w := tr.rd.watch
+	if w == nil {
+		t.Skip("no children files: the probe is not used")
+	}
+	if !w.coversProc(mk) || !w.coversProc(sk) || !w.coversPidFile(mk) {
+		t.Fatalf("watch covers master %v server %v pid file %v", w.coversProc(mk), w.coversProc(sk), w.coversPidFile(mk))
+	}
+	if !tr.Probe() {
+		t.Fatal("probe saw a change where none was")
+	}
+	// Another file in the pid file's directory is no change.
+	if err := os.WriteFile(l.pid+".unrelated", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !tr.Probe() {
+		t.Error("a file beside the pid file counted as a change")
+	}
+	// The pid file renamed to .oldbin (what USR2 does first), and back.
+	if err := os.Rename(l.pid, l.pid+".oldbin"); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Probe() {
+		t.Error("probe missed the pid file renamed to .oldbin")
+	}
+	if err := os.Rename(l.pid+".oldbin", l.pid); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Probe() {
+		t.Error("probe missed the .oldbin renamed back")
+	}
+	if !tr.Probe() {
+		t.Error("a change reported twice")
+	}
+	// The server exits: its pidfd says so.
+	_ = srv.Process.Kill()
+	_ = srv.Wait()
+	if tr.Probe() {
+		t.Error("probe missed the server's exit")
+	}
+	if err := tr.Scan(); err != nil {
+		t.Fatal(err)
+	}
+	if w.coversProc(sk) {
+		t.Error("the exited server is still watched after a scan")
+	}
+	if !tr.Probe() {
+		t.Error("probe saw a change after the scan that took the exit in")
+	}
+}
+
+// TestHelperListener is TestProbeWatch's server process: with
+// PQWATCH_TEST_LISTENER=1 it listens on loopback, prints its port and holds
+// the listener until its stdin closes.
+func TestHelperListener(t *testing.T) {
+	if os.Getenv("PQWATCH_TEST_LISTENER") != "1" {
+		t.Skip("a helper process of TestProbeWatch")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr().(*net.TCPAddr).Port)
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	os.Exit(0)
+}

@@ -72,6 +72,7 @@ type procReader struct {
 	nginxPidFile string
 	files        *fileCache
 	log          *slog.Logger
+	watch        *changeWatch // the probe's pidfds and pid-file watches (nil: none)
 
 	buf        []byte
 	childrenOK bool             // /proc/PID/task/PID/children exists: light scans possible
@@ -104,6 +105,9 @@ func newProcReader(cfg Config, btime int64, log *slog.Logger) *procReader {
 	// exists in every pid namespace.
 	if _, err := os.Stat(filepath.Join(cfg.ProcRoot, "1/task/1/children")); err == nil {
 		r.childrenOK = true
+		// The probe's pidfds name pids of this process's namespace: only
+		// when the /proc read is its own.
+		r.watch = newChangeWatch(filepath.Clean(cfg.ProcRoot) == "/proc")
 	}
 	return r
 }
@@ -282,7 +286,35 @@ func (r *procReader) read(now time.Time, serverPIDs map[int]uint64, alivePIDs []
 	r.last = last
 	r.kids = kids
 	r.closeGone()
+	r.syncWatch(snap)
 	return snap, nil
+}
+
+// syncWatch makes the probe's watch cover the masters and servers of snap
+// (their exits, the masters' pid files) and forget the rest.
+func (r *procReader) syncWatch(snap *snapshot) {
+	if r.watch == nil {
+		return
+	}
+	r.watch.forget(r.last)
+	for i := range snap.procs {
+		p := &snap.procs[i]
+		if p.role != roleMaster && !p.server {
+			continue
+		}
+		k := p.key
+		r.watch.watchProc(k, func() (uint64, bool) {
+			b, err := r.readFile(r.path(k.pid, "stat"))
+			if err != nil {
+				return 0, false
+			}
+			st, err := procfs.ParseStat(b)
+			return st.StartTime, err == nil
+		})
+		if p.role == roleMaster && p.ident.pidFile != "" {
+			r.watch.watchPidFile(k, r.path(k.pid, "root"), p.ident.pidFile, p.oldbin)
+		}
+	}
 }
 
 // identity returns the binary identity of a master or server: read once
@@ -394,6 +426,9 @@ func (r *procReader) probe(st *swapState) bool {
 	if !r.childrenOK || r.kids == nil {
 		return false
 	}
+	if r.watch.poll() {
+		return false // a watched process exited, a watched pid file changed
+	}
 	var buf []int
 	for pid, p := range st.procs {
 		switch {
@@ -412,18 +447,25 @@ func (r *procReader) probe(st *swapState) bool {
 			if !slices.Equal(buf, r.kids[pid]) {
 				return false
 			}
-			// The master itself: its stat fails once it has exited.
-			if _, err := r.readProc(pid, "stat", true); err != nil {
-				return false
+			// The master itself: its stat fails once it has exited
+			// (unless its pidfd says so).
+			if !r.watch.coversProc(p.key) {
+				if _, err := r.readProc(pid, "stat", true); err != nil {
+					return false
+				}
 			}
 			// A pid file renamed to .oldbin is a swap starting (or one
-			// that failed before its new master ran).
-			if g := p.gen; g != nil && g.key == p.key && g.ident.pidFile != "" {
+			// that failed before its new master ran); the inotify watch
+			// tells when it covers the file.
+			if g := p.gen; g != nil && g.key == p.key && g.ident.pidFile != "" && !r.watch.coversPidFile(p.key) {
 				if rawExists(r.path(pid, "root")+g.ident.pidFile+".oldbin") != g.oldbinSeen {
 					return false
 				}
 			}
 		case p.server:
+			if r.watch.coversProc(p.key) {
+				continue
+			}
 			if _, err := r.readProc(pid, "stat", true); err != nil {
 				return false
 			}
@@ -606,6 +648,7 @@ func (r *procReader) close() {
 		syscall.Close(fd)
 		delete(r.open, k)
 	}
+	r.watch.close()
 }
 
 func openRead(path string) (int, error) {
