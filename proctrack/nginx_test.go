@@ -208,8 +208,11 @@ func (l *nginxLab) signal(pid int, sig syscall.Signal) {
 
 // stopAll stops the masters this lab started (found through its pid files).
 func (l *nginxLab) stopAll() {
-	for _, f := range []string{l.pid, l.pid + ".oldbin"} {
-		if pid := readPid(f); pid > 0 && isNginxMaster(pid) {
+	// Both pids first: when a USR2's new master exits, the old one
+	// renames its .oldbin back, so reading it afterwards finds nothing.
+	pids := []int{readPid(l.pid), readPid(l.pid + ".oldbin")}
+	for _, pid := range pids {
+		if pid > 0 && isNginxMaster(pid) {
 			_ = syscall.Kill(pid, syscall.SIGQUIT)
 			deadline := time.Now().Add(3 * time.Second)
 			for time.Now().Before(deadline) && isNginxMaster(pid) {
@@ -715,6 +718,8 @@ func TestQuietPeriodPerPort(t *testing.T) {
 	gs := genByMaster(t, tr, ms, 2)
 	swapLab.signal(ms, syscall.SIGUSR2)
 	waitEvent(t, tr, 5*time.Second, KindUSR2, gs.ID)
+	// The new master's pid file: the lab stops both masters through them.
+	waitFor(t, 5*time.Second, "the new master's pid file", func() bool { p := readPid(swapLab.pid); return p > 0 && p != ms })
 	if _, swapping := tr.QuietSince(); !swapping {
 		t.Fatal("the host should be in a swap")
 	}
