@@ -77,8 +77,10 @@ type Config struct {
 	// Attribute also adds the server port of a connection it could not
 	// attribute.
 	ServerPorts []uint16
-	// ListenerRescan is the minimum period between searches for the owners
-	// of unknown listening sockets. 5 s by default.
+	// ListenerRescan is the period of the searches for the owners of
+	// unknown listening sockets (15 s by default, as /proc's directory);
+	// an attribution miss, an accept by an unknown process or a server's
+	// exit asks for one at the next scan.
 	ListenerRescan time.Duration
 	// IndexRefreshMin is the minimum period between rebuilds of the socket
 	// inode index on an Attribute miss. 10 ms by default.
@@ -131,7 +133,7 @@ func (c *Config) setDefaults() {
 		c.NginxComms = []string{"nginx"}
 	}
 	if c.ListenerRescan <= 0 {
-		c.ListenerRescan = 5 * time.Second
+		c.ListenerRescan = 15 * time.Second
 	}
 	if c.IndexRefreshMin <= 0 {
 		c.IndexRefreshMin = 10 * time.Millisecond
@@ -366,10 +368,12 @@ func (t *Tracker) Scan() error {
 	for _, e := range out.events {
 		t.record(e)
 	}
-	// A server that exited is searched for again by its listener.
+	// A server that exited is searched for again by its listener, now (a
+	// restart's new process holds it soon).
 	for pid, p := range prev {
 		if t.st.procs[pid] != p && p.gen != nil && p.gen.key == p.key && t.serverPIDs[pid] == p.key.start {
 			delete(t.serverPIDs, pid)
+			t.lastListen = time.Time{}
 		}
 	}
 	t.lastScan = now
