@@ -111,6 +111,9 @@ type Summary struct {
 
 	mu        sync.Mutex // Write may be called from several goroutines
 	classical map[classicalKey]int
+	// Per-record counts kept in tallies, flushed into the maps above
+	// (Transports, Outcomes, Versions, Groups) when they are read.
+	transports, outcomes, versions, groups tally
 	// The rows the last record counted in, by key: a live node's records
 	// mostly repeat their server, SNI and group.
 	lastGroup, lastServer, lastSNI string
@@ -214,8 +217,8 @@ func (s *Summary) Write(r *record.Handshake) error {
 
 func (s *Summary) add(r *record.Handshake) {
 	s.Handshakes++
-	s.Transports[r.Transport]++
-	s.Outcomes[r.Outcome]++
+	s.transports.add(s.Transports, r.Transport, 1)
+	s.outcomes.add(s.Outcomes, r.Outcome, 1)
 	if r.PQOffered {
 		s.PQOffered++
 	}
@@ -235,7 +238,7 @@ func (s *Summary) add(r *record.Handshake) {
 	}
 	s.Completed++
 	if r.Version != "" {
-		s.Versions[r.Version]++
+		s.versions.add(s.Versions, r.Version, 1)
 	}
 	if r.Resumed {
 		s.Resumed++
@@ -249,7 +252,7 @@ func (s *Summary) add(r *record.Handshake) {
 		}
 		s.GroupMissing[why]++
 	}
-	s.Groups[g]++
+	s.groups.add(s.Groups, g, 1)
 	gs := s.lastGS
 	if gs == nil || g != s.lastGroup {
 		if gs = s.GroupTable[g]; gs == nil {
@@ -306,11 +309,20 @@ func (s *Summary) add(r *record.Handshake) {
 	}
 }
 
+// flush moves the tallies' counts into their maps. The caller holds s.mu.
+func (s *Summary) flush() {
+	s.transports.flush(s.Transports)
+	s.outcomes.flush(s.Outcomes)
+	s.versions.flush(s.Versions)
+	s.groups.flush(s.Groups)
+}
+
 // Finish computes the derived fields (shares, medians, sorted lists), the
 // forecast section's too.
 func (s *Summary) Finish() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.flush()
 	s.Forecast.Finish()
 	if s.Completed > 0 {
 		s.PQShare = float64(s.PQ) / float64(s.Completed)
@@ -612,6 +624,7 @@ type Counts struct {
 func (s *Summary) Snapshot() Counts {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.flush()
 	c := Counts{Handshakes: s.Handshakes, Completed: s.Completed, PQ: s.PQ, HRR: s.HRR, Groups: make(map[string]int, len(s.Groups))}
 	for g, n := range s.Groups {
 		c.Groups[g] = n
