@@ -127,7 +127,7 @@ func (x *attribIndex) treeCurrent() bool {
 // last change of the serving set for an address not read before (what it
 // was before that is unknown; since then the scans saw no change). The
 // caller holds the cache's lock.
-func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time) listenerEntry {
+func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time, dump *[]diagSocket) listenerEntry {
 	c := &x.listeners
 	if c.entries == nil || len(c.entries) > 256 {
 		c.entries = make(map[listenerKey]listenerEntry)
@@ -136,7 +136,12 @@ func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time) listenerE
 	qf := x.quietFrom
 	x.mu.RUnlock()
 	prev, had := c.entries[k]
-	o := x.listenerOwner(k.addr, k.udp)
+	var o owner
+	if dump != nil {
+		o = x.ownerIn(*dump, k.addr)
+	} else {
+		o = x.listenerOwner(k.addr, k.udp)
+	}
 	e := listenerEntry{at: now, owner: o, sig: x.ownerSig(o), since: now}
 	switch {
 	case had && prev.sig == e.sig:
@@ -188,7 +193,7 @@ func (x *attribIndex) portOwner(server netip.AddrPort, udp bool, notBefore time.
 	k := listenerKey{server, udp}
 	e, ok := c.entries[k]
 	if !ok || now.Sub(e.at) >= listenerTTL || e.at.Before(notBefore) {
-		e = x.refreshOwnerLocked(k, now)
+		e = x.refreshOwnerLocked(k, now, nil)
 	}
 	return e.owner, e.since
 }
@@ -202,8 +207,20 @@ func (x *attribIndex) refreshOwners() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := x.now()
+	var dumps [2]*[]diagSocket // one dump of each kind for every address
 	for k := range c.entries {
-		x.refreshOwnerLocked(k, now)
+		i := 0
+		if k.udp {
+			i = 1
+		}
+		if dumps[i] == nil {
+			ls, err := x.dumpListeners(k.udp)
+			if err != nil {
+				ls = nil // no owner read: each entry's owner changes to none
+			}
+			dumps[i] = &ls
+		}
+		x.refreshOwnerLocked(k, now, dumps[i])
 	}
 }
 
@@ -233,14 +250,24 @@ func (x *attribIndex) ownerSig(o owner) string {
 // listenerOwner finds who holds the listening TCP sockets (udp: the
 // unconnected UDP sockets) of server.
 func (x *attribIndex) listenerOwner(server netip.AddrPort, udp bool) owner {
-	dump := x.diag.listeners
-	if udp {
-		dump = x.diag.udpBound
-	}
-	ls, err := dump()
+	ls, err := x.dumpListeners(udp)
 	if err != nil {
 		return owner{}
 	}
+	return x.ownerIn(ls, server)
+}
+
+// dumpListeners is the kernel's listening TCP sockets (udp: unconnected
+// UDP sockets).
+func (x *attribIndex) dumpListeners(udp bool) ([]diagSocket, error) {
+	if udp {
+		return x.diag.udpBound()
+	}
+	return x.diag.listeners()
+}
+
+// ownerIn is listenerOwner from the dump ls.
+func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 	inodes := map[uint64]bool{} // listener inode -> held by a serving process
 	for _, l := range ls {
 		if l.Local.Port() != server.Port() || l.Inode == 0 {
