@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +42,13 @@ func TestTwoNginxAcceptAttribution(t *testing.T) {
 		t.Cleanup(func() { ng.Stop() })
 		ins = append(ins, &inst{port: port, master: readPid(ng.PidFile), ng: ng})
 	}
+	// A third nginx held in a binary swap meanwhile (as another test's may
+	// be on a CI host): a swap elsewhere does not stop the quiet choice.
+	other := newNginxLab(t)
+	other.writeConf("x25519")
+	om := other.start()
+	other.signal(om, syscall.SIGUSR2)
+	waitFor(t, 5*time.Second, "the swapping nginx's new master", func() bool { p := readPid(other.pid); return p > 0 && p != om })
 	tr, err := New(Config{ScanInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +59,9 @@ func TestTwoNginxAcceptAttribution(t *testing.T) {
 	defer func() { cancel(); <-scanDone; tr.Close() }()
 	for _, in := range ins {
 		genByMaster(t, tr, in.master, 2)
+	}
+	if _, swapping := tr.QuietSince(); !swapping {
+		t.Fatal("the third nginx should be in a swap")
 	}
 	var mu sync.Mutex
 	var out []*record.Handshake

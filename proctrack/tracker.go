@@ -393,19 +393,21 @@ const quietPortsEvery = 30 * time.Second
 // off, accept events on): the serving processes of the generation that
 // served the most handshakes since the last choice, the current one kept
 // while it served at least half as many as the best, with the TCP ports
-// its first process listens on. During a swap (two generations of one
-// nginx lineage alive) the set is empty, so every accept is reported and
-// each record of the window names its worker.
+// its first process listens on. A generation in a swap (two generations
+// of its nginx lineage alive) is never chosen, so every accept of a swap
+// window is reported and each of its records names its worker; another
+// server's swap on the host does not stop the choice.
 func (t *Tracker) chooseQuiet(now time.Time) {
 	if t.cfg.AllAcceptEvents || t.ix.acc.a.Load() == nil {
 		return
 	}
 	var pick *generation
 	var pids []int
-	if !t.st.swapping() {
+	inSwap := t.st.swappingIDs()
+	{
 		serving := map[*generation][]int{}
 		for _, p := range t.st.serving {
-			if p.gen != nil && p.gen.alive && p.rec != nil {
+			if p.gen != nil && p.gen.alive && p.rec != nil && !inSwap[p.gen.rec.ID] {
 				serving[p.gen] = append(serving[p.gen], p.key.pid)
 			}
 		}
