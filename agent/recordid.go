@@ -2,7 +2,7 @@ package agent
 
 import (
 	"crypto/rand"
-	"encoding/binary"
+	"encoding/hex"
 	"os"
 	"sync/atomic"
 
@@ -28,10 +28,7 @@ func newRecordIDs(node string) *recordIDs {
 	ids := &recordIDs{node: node}
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read does not fail (Go 1.24+)
-	var p [17]byte
-	putHex(p[:16], binary.BigEndian.Uint64(b[:]))
-	p[16] = '-'
-	ids.prefix = string(p[:])
+	ids.prefix = hex.EncodeToString(b[:]) + "-"
 	return ids
 }
 
@@ -40,13 +37,4 @@ func newRecordIDs(node string) *recordIDs {
 // nothing. It is safe for concurrent use.
 func (ids *recordIDs) stamp(r *record.Handshake) {
 	r.Node, r.IDPrefix, r.IDSeq = ids.node, ids.prefix, ids.n.Add(1)
-}
-
-// putHex writes v as 16 lower-case hex digits into b.
-func putHex(b []byte, v uint64) {
-	const digits = "0123456789abcdef"
-	for i := 15; i >= 0; i-- {
-		b[i] = digits[v&0xf]
-		v >>= 4
-	}
 }

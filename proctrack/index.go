@@ -44,12 +44,12 @@ type attribIndex struct {
 	lastScanAt  time.Time
 	scanDone    chan struct{}
 
-	quietAt  atomic.Int64 // quietFrom in Unix ns, for QuietSince
-	swapping atomic.Bool  // two generations of one nginx lineage alive
-	// swappingIDs are the generations of the lineages in a swap (as of the
-	// last scan): a quiet answer is scoped to the port's owner, so another
-	// nginx's swap does not stop it.
-	swappingIDs map[string]bool
+	quietAt atomic.Int64 // quietFrom in Unix ns, for QuietSince
+	// swapIDs are the generations of the nginx lineages in a swap (as of
+	// the last scan; empty: no swap), read lock-free per record: a quiet
+	// answer is scoped to the port's owner, so another nginx's swap does
+	// not stop it.
+	swapIDs atomic.Pointer[map[string]bool]
 	// portQuiets: each read port's quiet period, copied on change (rare)
 	// and read per record without a lock.
 	portQuiets atomic.Pointer[map[listenerKey]portQuiet]
@@ -137,11 +137,10 @@ func (x *attribIndex) publish(st *swapState, now time.Time) (changed bool) {
 		changed = true
 	}
 	ids := st.swappingIDs()
-	if !maps.Equal(ids, x.swappingIDs) {
+	if old := x.swapIDs.Load(); old == nil || !maps.Equal(ids, *old) {
 		changed = true // the ports' quiet flags change
 	}
-	x.swappingIDs = ids
-	x.swapping.Store(len(ids) > 0)
+	x.swapIDs.Store(&ids)
 	x.quietAt.Store(x.quietFrom.UnixNano())
 	x.scanned(now)
 	return changed
@@ -172,9 +171,15 @@ func (x *attribIndex) lastScan() (time.Time, <-chan struct{}) {
 // inSwap says whether g's generation is in a swap in progress (as of the
 // last scan).
 func (x *attribIndex) inSwap(g *record.Generation) bool {
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return x.swappingIDs[g.ID]
+	ids := x.swapIDs.Load()
+	return ids != nil && (*ids)[g.ID]
+}
+
+// swapping says whether any nginx swap is in progress (as of the last
+// scan).
+func (x *attribIndex) swapping() bool {
+	ids := x.swapIDs.Load()
+	return ids != nil && len(*ids) > 0
 }
 
 // portQuietSince is Attribution's per-record question, lock-free: when the
@@ -195,9 +200,9 @@ func (x *attribIndex) portQuietSince(server netip.AddrPort, udp bool) (since tim
 func (x *attribIndex) quietSince() (since time.Time, swapping bool) {
 	q := x.quietAt.Load()
 	if q == 0 {
-		return time.Time{}, x.swapping.Load()
+		return time.Time{}, x.swapping()
 	}
-	return time.Unix(0, q), x.swapping.Load()
+	return time.Unix(0, q), x.swapping()
 }
 
 // generationOf is the generation pid belongs to, as of the last scan.

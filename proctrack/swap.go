@@ -543,19 +543,12 @@ func (s *swapState) evict() {
 	}
 }
 
-// swapping says whether an nginx swap is in progress: two generations of
-// one lineage alive.
-func (s *swapState) swapping() bool {
-	for _, g := range s.order {
-		if g.alive && ((g.parent != nil && g.parent.alive) || (g.successor != nil && g.successor.alive)) {
-			return true
-		}
-	}
-	return false
-}
+// swapping says whether an nginx swap is in progress.
+func (s *swapState) swapping() bool { return len(s.swappingIDs()) > 0 }
 
-// swappingIDs are the ids of the generations in a swap in progress (alive,
-// with their parent or successor alive); nil when none is.
+// swappingIDs are the ids of the generations in an nginx swap in progress
+// (alive, with their parent or successor alive: two generations of one
+// lineage); nil when none is.
 func (s *swapState) swappingIDs() map[string]bool {
 	var ids map[string]bool
 	for _, g := range s.order {

@@ -314,7 +314,7 @@ func (t *Tracker) ScanDue() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.lastScan.IsZero() || t.cfg.Now().Sub(t.lastScan) >= scanEvery*t.cfg.ScanInterval-t.cfg.ScanInterval/2 ||
-		len(t.st.pendings) > 0 || len(t.emergs) > 0 || t.ix.swapping.Load() || (t.lastListen.IsZero() && len(t.wantPorts) > 0) ||
+		len(t.st.pendings) > 0 || len(t.emergs) > 0 || t.ix.swapping() || (t.lastListen.IsZero() && len(t.wantPorts) > 0) ||
 		t.ix.requested()
 }
 
@@ -404,46 +404,44 @@ func (t *Tracker) chooseQuiet(now time.Time) {
 	var pick *generation
 	var pids []int
 	inSwap := t.st.swappingIDs()
-	{
-		serving := map[*generation][]int{}
-		for _, p := range t.st.serving {
-			if p.gen != nil && p.gen.alive && p.rec != nil && !inSwap[p.gen.rec.ID] {
-				serving[p.gen] = append(serving[p.gen], p.key.pid)
-			}
+	serving := map[*generation][]int{}
+	for _, p := range t.st.serving {
+		if p.gen != nil && p.gen.alive && p.rec != nil && !inSwap[p.gen.rec.ID] {
+			serving[p.gen] = append(serving[p.gen], p.key.pid)
 		}
-		if t.quietSeen == nil {
-			t.quietSeen = map[*generation]uint64{}
+	}
+	if t.quietSeen == nil {
+		t.quietSeen = map[*generation]uint64{}
+	}
+	var best, cur uint64
+	for g := range serving {
+		var n uint64
+		for _, c := range g.handshakes {
+			n += c
 		}
-		var best, cur uint64
-		for g := range serving {
-			var n uint64
-			for _, c := range g.handshakes {
-				n += c
-			}
-			var d uint64
-			if n > t.quietSeen[g] { // the $pid stage may take a count back
-				d = n - t.quietSeen[g]
-			}
-			t.quietSeen[g] = n
-			if g == t.quietGen {
-				cur = d
-			}
-			if pick == nil || d > best || (d == best && g.start.Before(pick.start)) {
-				pick, best = g, d
-			}
+		var d uint64
+		if n > t.quietSeen[g] { // the $pid stage may take a count back
+			d = n - t.quietSeen[g]
 		}
-		for g := range t.quietSeen {
-			if _, ok := serving[g]; !ok {
-				delete(t.quietSeen, g)
-			}
+		t.quietSeen[g] = n
+		if g == t.quietGen {
+			cur = d
 		}
-		if _, ok := serving[t.quietGen]; ok && 2*cur >= best {
-			pick = t.quietGen
+		if pick == nil || d > best || (d == best && g.start.Before(pick.start)) {
+			pick, best = g, d
 		}
-		if pick != nil {
-			pids = serving[pick]
-			slices.Sort(pids)
+	}
+	for g := range t.quietSeen {
+		if _, ok := serving[g]; !ok {
+			delete(t.quietSeen, g)
 		}
+	}
+	if _, ok := serving[t.quietGen]; ok && 2*cur >= best {
+		pick = t.quietGen
+	}
+	if pick != nil {
+		pids = serving[pick]
+		slices.Sort(pids)
 	}
 	if pick == nil {
 		t.quietGen, t.quietPorts = nil, nil

@@ -33,7 +33,6 @@ type changeWatch struct {
 // watchedDir is one inotify-watched directory and the names in it whose
 // changes count (pid files and their .oldbin), by master.
 type watchedDir struct {
-	path  string
 	names map[procKey]string // master -> pid file base name
 }
 
@@ -139,7 +138,7 @@ func (w *changeWatch) watchPidFile(k procKey, root, pidFile string, oldbinSeen b
 			// watch, both paths.
 			w.byDir[p] = wd
 		} else {
-			w.dirs[wd] = &watchedDir{path: p, names: map[procKey]string{}}
+			w.dirs[wd] = &watchedDir{names: map[procKey]string{}}
 			w.byDir[p] = wd
 		}
 	}

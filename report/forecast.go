@@ -114,7 +114,7 @@ type Forecast struct {
 	ja4        map[tailKey]*tailAcc
 	lost       map[tailKey]*tailAcc
 	ua         map[tailKey]*tailAcc
-	byGroup    []groupN // predictions by group code, named into Groups at Finish
+	byGroup    tally[uint16] // predictions by group code, named into Groups at Finish
 }
 
 // tailKey is a row of a tail table: key is a JA4 or a UA family; the PQ
@@ -135,26 +135,8 @@ func (t *tailAcc) add(reason string, n int) {
 	t.reasons[reason] += n
 }
 
-// groupCount counts n predictions of group id: by code, named at Finish
-// (a group's name per record cost a map assignment by string).
-func (rep *Forecast) groupCount(id uint16, n int) {
-	for i := range rep.byGroup {
-		if rep.byGroup[i].id == id {
-			rep.byGroup[i].n += n
-			return
-		}
-	}
-	if len(rep.byGroup) >= maxTally {
-		rep.Groups[tlsparse.Group(id).String()] += n
-		return
-	}
-	rep.byGroup = append(rep.byGroup, groupN{id, n})
-}
-
-type groupN struct {
-	id uint16
-	n  int
-}
+// addGroup counts n predictions of group id under its name.
+func (rep *Forecast) addGroup(id uint16, n int) { rep.Groups[tlsparse.Group(id).String()] += n }
 
 // NewForecast returns an empty forecast for policy p.
 func NewForecast(p forecast.Policy) *Forecast {
@@ -258,7 +240,7 @@ func (rep *Forecast) add(r *record.Handshake, o forecast.Outcome, w weight) {
 	}
 	rep.Predicted += n
 	if o.Group != 0 {
-		rep.groupCount(o.Group, n)
+		rep.byGroup.add(o.Group, n, rep.addGroup)
 	} else if o.Kind == forecast.Classical || o.Kind == forecast.LosesPQ {
 		rep.Groups["none"] += n
 	}
@@ -326,12 +308,7 @@ func (rep *Forecast) add(r *record.Handshake, o forecast.Outcome, w weight) {
 
 // Finish computes shares, means and the sorted tails.
 func (rep *Forecast) Finish() {
-	for i, g := range rep.byGroup {
-		if g.n != 0 {
-			rep.Groups[tlsparse.Group(g.id).String()] += g.n
-			rep.byGroup[i].n = 0
-		}
-	}
+	rep.byGroup.flush(rep.addGroup)
 	if n := float64(rep.Predicted); n > 0 {
 		rep.PQShare = float64(rep.PQ+rep.HRRPQ) / n
 		rep.HRRShare = float64(rep.HRR) / n

@@ -113,7 +113,7 @@ type Summary struct {
 	classical map[classicalKey]int
 	// Per-record counts kept in tallies, flushed into the maps above
 	// (Transports, Outcomes, Versions, Groups) when they are read.
-	transports, outcomes, versions, groups tally
+	transports, outcomes, versions, groups tally[string]
 	// The rows the last record counted in, by key: a live node's records
 	// mostly repeat their server, SNI and group.
 	lastGroup, lastServer, lastSNI string
@@ -217,8 +217,8 @@ func (s *Summary) Write(r *record.Handshake) error {
 
 func (s *Summary) add(r *record.Handshake) {
 	s.Handshakes++
-	s.transports.add(s.Transports, r.Transport, 1)
-	s.outcomes.add(s.Outcomes, r.Outcome, 1)
+	s.transports.add(r.Transport, 1, into(s.Transports))
+	s.outcomes.add(r.Outcome, 1, into(s.Outcomes))
 	if r.PQOffered {
 		s.PQOffered++
 	}
@@ -238,7 +238,7 @@ func (s *Summary) add(r *record.Handshake) {
 	}
 	s.Completed++
 	if r.Version != "" {
-		s.versions.add(s.Versions, r.Version, 1)
+		s.versions.add(r.Version, 1, into(s.Versions))
 	}
 	if r.Resumed {
 		s.Resumed++
@@ -252,7 +252,7 @@ func (s *Summary) add(r *record.Handshake) {
 		}
 		s.GroupMissing[why]++
 	}
-	s.groups.add(s.Groups, g, 1)
+	s.groups.add(g, 1, into(s.Groups))
 	gs := s.lastGS
 	if gs == nil || g != s.lastGroup {
 		if gs = s.GroupTable[g]; gs == nil {
@@ -311,10 +311,10 @@ func (s *Summary) add(r *record.Handshake) {
 
 // flush moves the tallies' counts into their maps. The caller holds s.mu.
 func (s *Summary) flush() {
-	s.transports.flush(s.Transports)
-	s.outcomes.flush(s.Outcomes)
-	s.versions.flush(s.Versions)
-	s.groups.flush(s.Groups)
+	s.transports.flush(into(s.Transports))
+	s.outcomes.flush(into(s.Outcomes))
+	s.versions.flush(into(s.Versions))
+	s.groups.flush(into(s.Groups))
 }
 
 // Finish computes the derived fields (shares, medians, sorted lists), the

@@ -1,21 +1,21 @@
 package report
 
-// tally counts records by a short string key (a transport, an outcome, a
-// version, a group name). A run sees a handful of distinct keys, so a slice
-// searched from the last hit costs less per record than a map's hash and
-// assignment; the counts go into the map (flush) when it is read. Past
-// maxTally keys (hostile input: a version field the parser names by its
-// code) the rest go straight to the map.
-type tally struct {
-	keys []string
+// tally counts records by a small key (a transport, an outcome, a version,
+// a group): a run sees a handful of distinct keys, so a slice searched from
+// the last hit costs less per record than a map's hash and assignment (and
+// a group counted by code needs no name per record). The counts go to
+// their map when it is read (flush). Past maxTally keys (hostile input: a
+// version the parser names by its code) the rest go there at once.
+type tally[K comparable] struct {
+	keys []K
 	n    []int
 	last int
 }
 
 const maxTally = 16
 
-// add counts n records under k, in t or, when t is full, in m.
-func (t *tally) add(m map[string]int, k string, n int) {
+// add counts n records under k; when t is full, spill(k, n) counts them.
+func (t *tally[K]) add(k K, n int, spill func(K, int)) {
 	if t.last < len(t.keys) && t.keys[t.last] == k {
 		t.n[t.last] += n
 		return
@@ -28,7 +28,7 @@ func (t *tally) add(m map[string]int, k string, n int) {
 		}
 	}
 	if len(t.keys) >= maxTally {
-		m[k] += n
+		spill(k, n)
 		return
 	}
 	t.keys = append(t.keys, k)
@@ -36,12 +36,17 @@ func (t *tally) add(m map[string]int, k string, n int) {
 	t.last = len(t.keys) - 1
 }
 
-// flush adds the counts to m and zeroes them (the keys are kept).
-func (t *tally) flush(m map[string]int) {
+// flush hands each nonzero count to to and zeroes it (the keys are kept).
+func (t *tally[K]) flush(to func(K, int)) {
 	for i, k := range t.keys {
 		if t.n[i] != 0 {
-			m[k] += t.n[i]
+			to(k, t.n[i])
 			t.n[i] = 0
 		}
 	}
+}
+
+// into returns a function adding counts to m (a tally's spill and flush).
+func into(m map[string]int) func(string, int) {
+	return func(k string, n int) { m[k] += n }
 }
