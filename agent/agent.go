@@ -180,8 +180,7 @@ type Agent struct {
 	logMu    sync.Mutex
 	logFiles []*logFile // the access logs tailed, for LogResult
 
-	peakFlows, peakBuffered int       // returnMemory's peaks since the last return
-	lastReturn              time.Time // and when it last returned memory
+	memReturn memReturn // when returnMemory gives memory back
 
 	// The housekeeping second (Run sets hk): run by its timer, or by a
 	// capture worker at the end of a batch once hkEarly has passed since
@@ -747,41 +746,60 @@ func listenLoopback(addr string) (net.Listener, error) {
 // it back: after a flood the flows expire, but an idle agent allocates too
 // little to start a collection, so the freed buffers would stay resident
 // for minutes (the runtime's forced collection comes every 2 minutes).
+// A flood is a peak of 4 MiB held by the sniffers (flows and their
+// buffers: some 4,800 flows): ordinary traffic ebbing and flowing below
+// that is not worth a forced collection and a scavenge of the whole heap
+// (some 25 ms of CPU on a VM, and a page fault for each page given back
+// when the heap grows into it again; at 1,600 handshakes a second the
+// table's few hundred flows halve every few seconds).
 const (
-	floodFlows      = 256       // flows at the peak that make a flood
-	floodBuffered   = 256 << 10 // bytes buffered at the peak that make a flood
+	floodHeld       = 4 << 20 // bytes held at the peak that make a flood
 	returnMinPeriod = 30 * time.Second
 )
 
 // returnMemory gives freed flow memory back to the OS once a flood is over:
-// when the flows and buffered bytes have fallen below half their peak since
+// when the bytes the sniffers hold have fallen below half their peak since
 // the last return, and the peak was a flood's (at most every 30 s: a full
 // collection costs a few milliseconds). Called by each housekeeping run;
 // lock takes a worker's lock (from a batch's end, only if it is free: a
 // busy worker makes this run count nothing).
 func (a *Agent) returnMemory(lock func(*worker) bool) {
-	flows, buffered := 0, 0
+	held := 0
 	for _, w := range a.workers {
 		if !lock(w) {
 			return // a worker is busy: the next run counts them all
 		}
 		f, b := w.sn.Held()
 		w.mu.Unlock()
-		flows, buffered = flows+f, buffered+b
+		held += f*sniffer.FlowBytes + b
 	}
-	a.peakFlows, a.peakBuffered = max(a.peakFlows, flows), max(a.peakBuffered, buffered)
-	flood := a.peakFlows >= floodFlows || a.peakBuffered >= floodBuffered
-	if flood && flows*2 <= a.peakFlows && buffered*2 <= a.peakBuffered && time.Since(a.lastReturn) >= returnMinPeriod {
-		a.lastReturn = time.Now()
+	if peak, due := a.memReturn.due(held, time.Now()); due {
 		for _, w := range a.workers {
 			w.mu.Lock()
 			w.sn.Shrink()
 			w.mu.Unlock()
 		}
 		debug.FreeOSMemory()
-		a.log.Debug("flood over: memory returned", "peak_flows", a.peakFlows, "peak_buffered_bytes", a.peakBuffered)
-		a.peakFlows, a.peakBuffered = flows, buffered
+		a.log.Debug("flood over: memory returned", "peak_held_bytes", peak, "held_bytes", held)
 	}
+}
+
+// memReturn decides when a flood is over: the peak of the bytes held since
+// the last return, and that return's time.
+type memReturn struct {
+	peak int
+	last time.Time
+}
+
+// due reports whether memory should be given back now that the sniffers
+// hold held bytes, with the peak it judged by; a return starts a new peak.
+func (m *memReturn) due(held int, now time.Time) (peak int, ok bool) {
+	m.peak = max(m.peak, held)
+	if m.peak < floodHeld || held*2 > m.peak || now.Sub(m.last) < returnMinPeriod {
+		return m.peak, false
+	}
+	peak, m.peak, m.last = m.peak, held, now
+	return peak, true
 }
 
 // SnifferStats sums the workers' sniffer counters.

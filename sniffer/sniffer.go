@@ -10,6 +10,7 @@ package sniffer
 import (
 	"net/netip"
 	"time"
+	"unsafe"
 
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/sniffer/quic"
@@ -336,6 +337,10 @@ func (s *Sniffer) Shrink() {
 func (s *Sniffer) Held() (flows, bufferedBytes int) {
 	return s.flows.len(), s.buffered.Bytes() + s.quic.Buffered()
 }
+
+// FlowBytes is the memory a TCP flow in the table holds besides its
+// buffers: the flow itself and its table slot.
+const FlowBytes = int(unsafe.Sizeof(flow{})) + 16
 
 // account brings s.buffered up to date with f's buffers.
 // Most packets change nothing: no call then.
