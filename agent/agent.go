@@ -397,7 +397,7 @@ func (c *joinCheck) Process(r *record.Handshake) {
 			c.metrics.LogJoin(exporter.JoinJoined)
 			if r.Log.SSLCurve != "" && r.Group != "" && logjoin.IANAGroupName(r.Log.SSLCurve) != r.Group {
 				c.metrics.LogJoin(exporter.JoinMismatch)
-				c.log.Warn("nginx $ssl_curve disagrees with the wire", "client", r.Client, "ssl_curve", r.Log.SSLCurve, "wire", r.Group)
+				c.log.Warn("nginx $ssl_curve disagrees with the wire", "client", r.ClientText(), "ssl_curve", r.Log.SSLCurve, "wire", r.Group)
 			}
 		} else {
 			c.metrics.LogJoin(exporter.JoinUnmatched)

@@ -250,7 +250,7 @@ func TestLiveAgentNamespaces(t *testing.T) {
 	n, joined, nginxOK, attributed, byPid := 0, 0, 0, 0, 0
 	for r := range recs {
 		n++
-		if r.Transport != record.TransportTCP || r.Client == "" {
+		if r.Transport != record.TransportTCP || r.ClientText() == "" {
 			t.Errorf("bad record %+v", r)
 		}
 		if r.Generation != nil {
@@ -261,19 +261,19 @@ func TestLiveAgentNamespaces(t *testing.T) {
 		}
 		nginxOK++
 		if r.Log == nil {
-			t.Errorf("nginx handshake %s not joined to its access-log line", r.Client)
+			t.Errorf("nginx handshake %s not joined to its access-log line", r.ClientText())
 			continue
 		}
 		joined++
 		if g := logjoin.IANAGroupName(r.Log.SSLCurve); g != r.Group {
-			t.Errorf("%s: nginx logged $ssl_curve %q, the wire says %s", r.Client, r.Log.SSLCurve, r.Group)
+			t.Errorf("%s: nginx logged $ssl_curve %q, the wire says %s", r.ClientText(), r.Log.SSLCurve, r.Group)
 		}
 		if r.Log.Status != 200 || r.Log.PID == 0 {
-			t.Errorf("%s: joined line %+v", r.Client, r.Log)
+			t.Errorf("%s: joined line %+v", r.ClientText(), r.Log)
 		}
 		if ebpf {
 			if r.Generation == nil || r.Generation.WorkerPID != r.Log.PID {
-				t.Errorf("%s: generation %+v, nginx logged $pid %d", r.Client, r.Generation, r.Log.PID)
+				t.Errorf("%s: generation %+v, nginx logged $pid %d", r.ClientText(), r.Generation, r.Log.PID)
 			} else {
 				byPid++
 			}

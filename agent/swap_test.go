@@ -364,7 +364,7 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 		mu.Lock()
 		got := map[string]bool{}
 		for _, r := range recs {
-			got[r.Client] = true
+			got[r.ClientText()] = true
 		}
 		n := len(recs)
 		mu.Unlock()
@@ -397,7 +397,7 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 	byClient := map[string][]*record.Handshake{}
 	mu.Lock()
 	for _, r := range recs {
-		byClient[r.Client] = append(byClient[r.Client], r)
+		byClient[r.ClientText()] = append(byClient[r.ClientText()], r)
 	}
 	mu.Unlock()
 	reused := 0

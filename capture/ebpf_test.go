@@ -218,7 +218,7 @@ func replay(t *testing.T, path string, keep func(frame []byte) bool) (filtered, 
 	s.Flush()
 	out.errs = s.Stats().Errors
 	slices.SortFunc(recs, func(a, b *record.Handshake) int {
-		return cmp.Or(a.TS.Compare(b.TS), cmp.Compare(a.Client, b.Client), cmp.Compare(a.Server, b.Server))
+		return cmp.Or(a.TS.Compare(b.TS), cmp.Compare(a.ClientText(), b.ClientText()), cmp.Compare(a.Server, b.Server))
 	})
 	for _, r := range recs {
 		b, _ := json.Marshal(r)

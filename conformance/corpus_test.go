@@ -123,7 +123,7 @@ func readJSON(t *testing.T, path string, v any) {
 func byClient(recs []*record.Handshake) map[string][]*record.Handshake {
 	m := make(map[string][]*record.Handshake, len(recs))
 	for _, r := range recs {
-		m[r.Client] = append(m[r.Client], r)
+		m[r.ClientText()] = append(m[r.ClientText()], r)
 	}
 	return m
 }

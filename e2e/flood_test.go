@@ -318,20 +318,20 @@ func (fl *flood) check(t *testing.T, recs []*record.Handshake, st sniffer.Stats,
 	for _, r := range recs {
 		js, _ := json.Marshal(r)
 		switch {
-		case r.Client == fl.realClient:
+		case r.ClientText() == fl.realClient:
 			realSeen++
 			if r.Outcome != record.OutcomeOK || r.Transport != record.TransportTCP || r.Version != "TLS1.3" ||
 				r.Group != fl.real.CurveID.String() || r.SNI != "flood.test" {
 				t.Errorf("the real handshake (%s, group %v) recorded as %s", fl.realClient, fl.real.CurveID, js)
 			}
 		case r.Transport == record.TransportTCP:
-			ap, _ := netip.ParseAddrPort(r.Client)
+			ap, _ := netip.ParseAddrPort(r.ClientText())
 			kind := int(ap.Addr().As4()[3]) - 10
 			if kind != forgeHelloStartSYN || !start(r.Outcome) {
 				t.Errorf("forged TCP segment (kind %d) became a record: %s", kind, js)
 			}
 		default:
-			ap, _ := netip.ParseAddrPort(r.Client)
+			ap, _ := netip.ParseAddrPort(r.ClientText())
 			kind := fl.quicKind[ap.Port()]
 			if kind != forgeQHelloShort || !start(r.Outcome) {
 				t.Errorf("forged Initial (kind %d) became a record: %s", kind, js)

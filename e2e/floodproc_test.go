@@ -139,13 +139,13 @@ func TestForgedFloodAgentProcess(t *testing.T) {
 	afterSeen := 0
 	for _, r := range recs {
 		switch {
-		case r.Client == fl.warmClient:
-		case r.Client == afterClient:
+		case r.ClientText() == fl.warmClient:
+		case r.ClientText() == afterClient:
 			afterSeen++
 			if r.Outcome != record.OutcomeOK || r.Version != "TLS1.3" || r.Group != afterState.CurveID.String() {
 				t.Errorf("the handshake after the flood (group %v) recorded as %+v", afterState.CurveID, r)
 			}
-		case strings.HasPrefix(r.Client, halfHelloSrc+":"):
+		case strings.HasPrefix(r.ClientText(), halfHelloSrc+":"):
 			halfOutcomes[r.Outcome]++
 		default:
 			flood = append(flood, r)

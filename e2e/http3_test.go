@@ -123,10 +123,10 @@ func TestHTTP3ChromiumCaddy(t *testing.T) {
 
 	// The live agent saw the same handshake and attributed it to Caddy:
 	// one process holds the UDP socket, nothing changed meanwhile.
-	lr := live.waitQUIC(t, quicRecs[0].Client)
+	lr := live.waitQUIC(t, quicRecs[0].ClientText())
 	g := lr.Generation
 	if g == nil {
-		t.Fatalf("live agent: QUIC record %s not attributed to a server generation", lr.Client)
+		t.Fatalf("live agent: QUIC record %s not attributed to a server generation", lr.ClientText())
 	}
 	if filepath.Base(g.Exe) != "caddy" || g.WorkerPID != g.MasterPID || !strings.HasPrefix(g.OpenSSL, "Go crypto/tls") {
 		t.Errorf("live agent: QUIC record attributed to %+v, want the caddy process", *g)
@@ -134,7 +134,7 @@ func TestHTTP3ChromiumCaddy(t *testing.T) {
 	if lr.Group != quicRecs[0].Group || lr.ClientHelloBytes != quicRecs[0].ClientHelloBytes {
 		t.Errorf("live agent: group %s ch %d, from the capture file %s %d", lr.Group, lr.ClientHelloBytes, quicRecs[0].Group, quicRecs[0].ClientHelloBytes)
 	}
-	t.Logf("live agent: QUIC %s attributed to %s (pid %d, %s, %s)", lr.Client, g.ID, g.WorkerPID, g.Exe, g.OpenSSL)
+	t.Logf("live agent: QUIC %s attributed to %s (pid %d, %s, %s)", lr.ClientText(), g.ID, g.WorkerPID, g.Exe, g.OpenSSL)
 
 	// tshark's dissection of the same capture.
 	compareTshark(t, capture.File, quicRecs)
@@ -239,7 +239,7 @@ func (la *liveAgent) waitQUIC(t *testing.T, client string) *record.Handshake {
 	for end := time.Now().Add(8 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
 		la.mu.Lock()
 		for _, r := range la.recs {
-			if r.Transport == record.TransportQUIC && r.Client == client {
+			if r.Transport == record.TransportQUIC && r.ClientText() == client {
 				last = r
 			}
 		}
@@ -427,17 +427,17 @@ func compareTshark(t *testing.T, file string, recs []*record.Handshake) {
 	for _, r := range recs {
 		var ch, sh *tsharkHello
 		for i := range chs {
-			if chs[i].client == r.Client && ch == nil {
+			if chs[i].client == r.ClientText() && ch == nil {
 				ch = &chs[i]
 			}
 		}
 		for i := range shs {
-			if shs[i].client == r.Client && sh == nil {
+			if shs[i].client == r.ClientText() && sh == nil {
 				sh = &shs[i]
 			}
 		}
 		if ch == nil {
-			t.Logf("%s: tshark dissected no ClientHello for this connection (tshark 4.0 and a ClientHello over %d Initials)", r.Client, r.ClientHelloSegments)
+			t.Logf("%s: tshark dissected no ClientHello for this connection (tshark 4.0 and a ClientHello over %d Initials)", r.ClientText(), r.ClientHelloSegments)
 		} else {
 			compared++
 			var ours []string
@@ -445,44 +445,44 @@ func compareTshark(t *testing.T, file string, recs []*record.Handshake) {
 				ours = append(ours, ks.Group)
 			}
 			if ch.length+4 != r.ClientHelloBytes {
-				t.Errorf("%s: client_hello_bytes %d, tshark %d+4", r.Client, r.ClientHelloBytes, ch.length)
+				t.Errorf("%s: client_hello_bytes %d, tshark %d+4", r.ClientText(), r.ClientHelloBytes, ch.length)
 			}
 			if strings.Join(ch.groups, ",") != strings.Join(ours, ",") {
-				t.Errorf("%s: key_share groups %v, tshark %v", r.Client, ours, ch.groups)
+				t.Errorf("%s: key_share groups %v, tshark %v", r.ClientText(), ours, ch.groups)
 			}
 			switch {
 			case ch.ja4 == "":
-				t.Logf("%s: no JA4 from tshark's fields", r.Client)
+				t.Logf("%s: no JA4 from tshark's fields", r.ClientText())
 			case ch.ja4 != r.JA4:
-				t.Errorf("%s: ja4 %s, from tshark's fields %s", r.Client, r.JA4, ch.ja4)
+				t.Errorf("%s: ja4 %s, from tshark's fields %s", r.ClientText(), r.JA4, ch.ja4)
 			default:
-				t.Logf("%s: ja4 %s = JA4 of tshark's fields", r.Client, r.JA4)
+				t.Logf("%s: ja4 %s = JA4 of tshark's fields", r.ClientText(), r.JA4)
 			}
-			t.Logf("%s: ClientHello tshark %d+4 groups %v = ours %d %v", r.Client, ch.length, ch.groups, r.ClientHelloBytes, ours)
+			t.Logf("%s: ClientHello tshark %d+4 groups %v = ours %d %v", r.ClientText(), ch.length, ch.groups, r.ClientHelloBytes, ours)
 		}
 		if sh == nil {
-			t.Logf("%s: tshark dissected no ServerHello for this connection", r.Client)
+			t.Logf("%s: tshark dissected no ServerHello for this connection", r.ClientText())
 		} else {
 			compared++
 			if sh.length+4 != r.ServerHelloBytes {
-				t.Errorf("%s: server_hello_bytes %d, tshark %d+4", r.Client, r.ServerHelloBytes, sh.length)
+				t.Errorf("%s: server_hello_bytes %d, tshark %d+4", r.ClientText(), r.ServerHelloBytes, sh.length)
 			}
 			if len(sh.groups) != 1 || sh.groups[0] != r.Group {
-				t.Errorf("%s: group %q, tshark %v", r.Client, r.Group, sh.groups)
+				t.Errorf("%s: group %q, tshark %v", r.ClientText(), r.Group, sh.groups)
 			}
-			t.Logf("%s: ServerHello tshark %d+4 group %v = ours %d %s", r.Client, sh.length, sh.groups, r.ServerHelloBytes, r.Group)
+			t.Logf("%s: ServerHello tshark %d+4 group %v = ours %d %s", r.ClientText(), sh.length, sh.groups, r.ServerHelloBytes, r.Group)
 			// Handshake RTT: pqwatch measures from the first Initial
 			// carrying ClientHello bytes to the first server Initial
 			// with CRYPTO data; tshark's frame times of those packets.
 			// (tshark shows a hello in the frame that completes it, and
 			// a loaded machine can put milliseconds between the two
 			// Initials of Chromium's ClientHello.)
-			if in, ok := initials[r.Client]; ok && in.server > 0 {
+			if in, ok := initials[r.ClientText()]; ok && in.server > 0 {
 				want := (in.server - in.client) * 1e6
 				if d := float64(r.HandshakeRTTMicros) - want; d > 50 || d < -50 {
-					t.Errorf("%s: handshake_rtt_us %d, tshark's frames say %.0f", r.Client, r.HandshakeRTTMicros, want)
+					t.Errorf("%s: handshake_rtt_us %d, tshark's frames say %.0f", r.ClientText(), r.HandshakeRTTMicros, want)
 				} else {
-					t.Logf("%s: handshake_rtt_us %d, tshark's frames %.0f", r.Client, r.HandshakeRTTMicros, want)
+					t.Logf("%s: handshake_rtt_us %d, tshark's frames %.0f", r.ClientText(), r.HandshakeRTTMicros, want)
 				}
 			}
 		}

@@ -18,7 +18,11 @@ func AppendJSON(dst []byte, h *record.Handshake) []byte {
 	dst = append(dst, `","transport":`...)
 	dst = appendString(dst, h.Transport)
 	dst = append(dst, `,"client":`...)
-	dst = appendString(dst, h.Client)
+	if h.Client != "" {
+		dst = appendString(dst, h.Client)
+	} else { // the address's text needs no escaping
+		dst = append(h.AppendClient(append(dst, '"')), '"')
+	}
 	dst = append(dst, `,"server":`...)
 	dst = appendString(dst, h.Server)
 	dst = appendOptString(dst, `,"sni":`, h.SNI)

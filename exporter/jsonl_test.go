@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/netip"
 	"reflect"
 	"strings"
 	"sync"
@@ -37,11 +38,18 @@ func jsonCases() map[string]*record.Handshake {
 	nodeOnly.Node = "edge-7"
 	rsa := classicalRecord()
 	rsa.Version, rsa.Group, rsa.GroupMissing = "TLS1.2", "", record.GroupMissingNoKeyExchange
+	// The sniffer's: Client left to the address fields.
+	fields4, fields6 := sampleRecord(), classicalRecord()
+	for h, s := range map[*record.Handshake]string{fields4: "192.0.2.9:50123", fields6: "[2001:db8::7]:443"} {
+		ap := netip.MustParseAddrPort(s)
+		h.Client, h.ClientAddr, h.ClientPort = record.ClientField(ap), ap.Addr().As16(), ap.Port()
+	}
 	return map[string]*record.Handshake{
 		"resumed TLS1.2": resumed12, "resumed TLS1.3": resumed13, "RSA key transport": rsa,
 		"hybrid": sampleRecord(), "classical": classicalRecord(), "minimal": minimal,
 		"escapes": escapes, "non-UTC ts": local, "alert with HRR": alert,
 		"live node and id": live, "node without id": nodeOnly,
+		"client in fields (IPv4)": fields4, "client in fields (IPv6)": fields6,
 		"empty slices": {ALPN: []string{}, KeyShares: []record.KeyShare{}, Log: &record.Log{}, Generation: &record.Generation{}},
 	}
 }

@@ -147,7 +147,7 @@ func FuzzJoinerAccounting(f *testing.F) {
 		checkAccounting(t, j, budget)
 		for _, h := range added {
 			if emitted[h] != 1 {
-				t.Fatalf("handshake %s emitted %d times", h.Client, emitted[h])
+				t.Fatalf("handshake %s emitted %d times", h.ClientText(), emitted[h])
 			}
 		}
 	})

@@ -141,10 +141,10 @@ func TestJoinerScenarios(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			emitted := map[string]*record.Handshake{}
 			j := New(Options{Window: 60 * time.Second, Emit: func(h *record.Handshake) {
-				if emitted[h.Client] != nil && emitted[h.Client] == h {
-					t.Errorf("%s emitted twice", h.Client)
+				if emitted[h.ClientText()] != nil && emitted[h.ClientText()] == h {
+					t.Errorf("%s emitted twice", h.ClientText())
 				}
-				emitted[h.Client] = h
+				emitted[h.ClientText()] = h
 			}})
 			play(j, tc.steps)
 			for client, path := range tc.wantPaths {

@@ -267,7 +267,7 @@ func TestRealNginx(t *testing.T) {
 	st := Batch(recs, pqLines, Options{})
 	for _, h := range recs {
 		if h.Log == nil {
-			t.Errorf("connection %s not joined", h.Client)
+			t.Errorf("connection %s not joined", h.ClientText())
 			continue
 		}
 		if h.Log.Path != h.SNI || h.Log.PID != byPath[h.SNI].pid {

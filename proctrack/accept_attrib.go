@@ -177,10 +177,8 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 		client = netip.AddrPortFrom(netip.AddrFrom16(r.ClientAddr), r.ClientPort)
 		server = netip.AddrPortFrom(netip.AddrFrom16(r.ServerAddr), r.ServerPort)
 	} else {
-		var err1, err2 error
-		client, err1 = netip.ParseAddrPort(r.Client)
-		server, err2 = netip.ParseAddrPort(r.Server)
-		if err1 != nil || err2 != nil {
+		client, server = clientAddrPort(r), serverAddrPort(r)
+		if !client.IsValid() || !server.IsValid() {
 			return nil, acceptMiss
 		}
 	}
@@ -359,7 +357,7 @@ func serverPort(r *record.Handshake) uint16 {
 	if r.ServerPort != 0 {
 		return r.ServerPort
 	}
-	return addrPort(r.Server).Port()
+	return serverAddrPort(r).Port()
 }
 
 // remember notes the generation of every process of a scan at now, and

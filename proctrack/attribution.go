@@ -2,6 +2,7 @@ package proctrack
 
 import (
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -281,7 +282,7 @@ func (a *Attribution) mayBeQuiet(it attribItem) bool {
 	if r.FlowStart.IsZero() {
 		return false
 	}
-	if since, quiet, known := a.x.portQuietSince(addrPort(r.Server), false); known {
+	if since, quiet, known := a.x.portQuietSince(serverAddrPort(r), false); known {
 		// The port's own period: another server's change or swap
 		// elsewhere on the host does not end it.
 		return quiet && r.FlowStart.Add(-acceptMargin).After(since)
@@ -297,7 +298,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 		return
 	}
 	r := it.r
-	server, client := addrPort(r.Server), addrPort(r.Client)
+	server, client := serverAddrPort(r), clientAddrPort(r)
 	g, ok := (*record.Generation)(nil), false
 	switch r.Transport {
 	case record.TransportTCP:
@@ -340,7 +341,21 @@ func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
 	return res
 }
 
-func addrPort(s string) netip.AddrPort {
-	ap, _ := netip.ParseAddrPort(s)
+// serverAddrPort and clientAddrPort are r's endpoints: the sniffer's
+// address fields, else parsed from the text (records read back, and the
+// cases the fields cannot tell: see record.ClientField).
+func serverAddrPort(r *record.Handshake) netip.AddrPort {
+	if r.ServerPort != 0 && r.ServerAddr != ([16]byte{}) && !strings.HasPrefix(r.Server, "[::ffff:") {
+		return netip.AddrPortFrom(netip.AddrFrom16(r.ServerAddr).Unmap(), r.ServerPort)
+	}
+	ap, _ := netip.ParseAddrPort(r.Server)
+	return ap
+}
+
+func clientAddrPort(r *record.Handshake) netip.AddrPort {
+	if r.Client == "" && r.ClientPort != 0 {
+		return netip.AddrPortFrom(netip.AddrFrom16(r.ClientAddr).Unmap(), r.ClientPort)
+	}
+	ap, _ := netip.ParseAddrPort(r.Client)
 	return ap
 }

@@ -5,6 +5,7 @@ package record
 
 import (
 	"encoding/json"
+	"net/netip"
 	"strings"
 	"time"
 )
@@ -98,8 +99,11 @@ const (
 // attribution hands out the tracker's own): never change it in place, set a
 // copy.
 type Handshake struct {
-	TS                      time.Time   `json:"ts"`
-	Transport               string      `json:"transport"`
+	TS        time.Time `json:"ts"`
+	Transport string    `json:"transport"`
+	// Client is the client's address and port. The sniffer leaves it
+	// empty when ClientAddr and ClientPort say the same (see ClientField):
+	// read it with ClientText or AppendClient.
 	Client                  string      `json:"client"`
 	Server                  string      `json:"server"`
 	SNI                     string      `json:"sni,omitempty"`
@@ -186,6 +190,35 @@ func (h *Handshake) RecordID() string {
 	return string(h.AppendID(b[:0]))
 }
 
+// ClientField is the Client text for a record whose ClientAddr and
+// ClientPort hold ap: empty when AppendClient writes ap's text from them
+// (so a record costs no string of its own), else ap's text (port 0, an
+// IPv4-mapped IPv6 address or a zone, which the fields cannot tell).
+func ClientField(ap netip.AddrPort) string {
+	if a := ap.Addr(); ap.Port() == 0 || a.Is4In6() || a.Zone() != "" || !a.IsValid() {
+		return ap.String()
+	}
+	return ""
+}
+
+// AppendClient appends the client's address text to dst: Client, else
+// ClientAddr and ClientPort written out.
+func (h *Handshake) AppendClient(dst []byte) []byte {
+	if h.Client != "" || h.ClientPort == 0 {
+		return append(dst, h.Client...)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16(h.ClientAddr).Unmap(), h.ClientPort).AppendTo(dst)
+}
+
+// ClientText is the client's address text (see AppendClient).
+func (h *Handshake) ClientText() string {
+	if h.Client != "" || h.ClientPort == 0 {
+		return h.Client
+	}
+	var b [64]byte
+	return string(h.AppendClient(b[:0]))
+}
+
 // Sink consumes records. Implementations must copy what they keep beyond the call.
 type Sink interface {
 	Write(h *Handshake) error
@@ -199,6 +232,7 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z07:00"
 func (h Handshake) MarshalJSON() ([]byte, error) {
 	type plain Handshake
 	h.ID = h.RecordID()
+	h.Client = h.ClientText()
 	return json.Marshal(struct {
 		TS string `json:"ts"`
 		plain

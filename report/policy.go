@@ -436,7 +436,7 @@ func (pc *PolicyCheck) add(r *record.Handshake, n int) PolicyResult {
 	}
 	row.Reasons[reason] += n
 	if len(pc.First) < PolicyListed {
-		v := PolicyViolation{Count: n, TS: r.TS, Client: r.Client, Server: r.Server, SNI: r.SNI, JA4: r.JA4,
+		v := PolicyViolation{Count: n, TS: r.TS, Client: r.ClientText(), Server: r.Server, SNI: r.SNI, JA4: r.JA4,
 			OfferedGroups: groupNames(r.OfferedIDs), KeyShares: groupNames(r.KeyShareIDs),
 			Version: r.Version, Group: r.Group, HRR: r.HRR, HRRGroup: r.HRRGroup,
 			Expected: "none", ExpectedHRR: res.Expected.HRR, Kind: res.Kind, Reason: res.Reason}

@@ -62,7 +62,7 @@ func TestMemoryBudget(t *testing.T) {
 			t.Fatalf("evicted flow's record has outcome %s, want truncated", r.Outcome)
 		}
 		if want := netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}); r.ClientAddr != want.As16() {
-			t.Fatalf("eviction %d took %s, want the oldest, %s", i, r.Client, want)
+			t.Fatalf("eviction %d took %s, want the oldest, %s", i, r.ClientText(), want)
 		}
 	}
 	// A real handshake after the flood.
@@ -78,7 +78,7 @@ func TestMemoryBudget(t *testing.T) {
 	real := 0
 	for _, r := range recs {
 		switch {
-		case r.Client == c.cli.String():
+		case r.ClientText() == c.cli.String():
 			real++
 			if r.Outcome != record.OutcomeOK || r.Group != "X25519MLKEM768" {
 				t.Errorf("the real handshake after the flood: %+v", *r)

@@ -561,7 +561,7 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 		TS:               st.tsAt(st.tlsStart).UTC(),
 		FlowStart:        f.synTS,
 		Transport:        record.TransportTCP,
-		Client:           client.String(),
+		Client:           record.ClientField(client),
 		Server:           s.lastServerText,
 		ClientHelloBytes: chLen,
 		ClientAddr:       client.Addr().As16(),

@@ -24,7 +24,7 @@ func FuzzPacket(f *testing.F) {
 		links := []int{sniffer.LinkEthernet, sniffer.LinkLinuxSLL, sniffer.LinkLinuxSLL2, sniffer.LinkRaw, sniffer.LinkNull, sniffer.LinkLoop, sniffer.LinkIPv4, sniffer.LinkIPv6}
 		lt := links[int(link)%len(links)]
 		s := sniffer.New(sniffer.Config{MaxFlows: 8, MaxStreamBytes: 4096, OnRecord: func(r *record.Handshake) {
-			if r.Outcome == "" || r.Client == "" || r.Server == "" {
+			if r.Outcome == "" || r.ClientText() == "" || r.Server == "" {
 				t.Fatalf("malformed record %+v", r)
 			}
 		}})

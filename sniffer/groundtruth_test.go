@@ -241,7 +241,7 @@ func groundTruth(t *testing.T, mode string) {
 	sort.Slice(recs, func(i, j int) bool { return recs[i].TS.Before(recs[j].TS) })
 	if len(recs) != len(truths) {
 		for _, r := range recs {
-			t.Logf("record %s %s %s %s", r.Client, r.Server, r.Group, r.Outcome)
+			t.Logf("record %s %s %s %s", r.ClientText(), r.Server, r.Group, r.Outcome)
 		}
 		t.Fatalf("%d records for %d client connections (stats %+v)", len(recs), len(truths), st)
 	}
@@ -292,7 +292,7 @@ func groundTruth(t *testing.T, mode string) {
 			pqSeen++
 		}
 		// tshark's opinion of the same connection.
-		hs := byConn[r.Client+">"+r.Server]
+		hs := byConn[r.ClientText()+">"+r.Server]
 		var chs, shs []testenv.TsharkHello
 		for _, h := range hs {
 			if h.Type == 1 {
@@ -302,7 +302,7 @@ func groundTruth(t *testing.T, mode string) {
 			}
 		}
 		if len(chs) == 0 {
-			t.Errorf("%s: tshark saw no ClientHello on %s", tr.name, r.Client)
+			t.Errorf("%s: tshark saw no ClientHello on %s", tr.name, r.ClientText())
 			continue
 		}
 		if chs[0].Length+4 != r.ClientHelloBytes {

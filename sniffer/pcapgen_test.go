@@ -47,7 +47,7 @@ func TestGeneratedGroundTruth(t *testing.T) {
 			}
 			byClient := map[string]*record.Handshake{}
 			for _, r := range recs {
-				byClient[r.Client] = r
+				byClient[r.ClientText()] = r
 			}
 			for _, want := range res {
 				r := byClient[want.ClientAddr.String()]

@@ -17,7 +17,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		TS:                  c.FirstTS.UTC(),
 		FlowStart:           c.FirstTS,
 		Transport:           record.TransportQUIC,
-		Client:              c.Client.String(),
+		Client:              record.ClientField(c.Client),
 		Server:              c.Server.String(),
 		ClientHelloSegments: c.ClientHelloPackets,
 		ClientAddr:          c.Client.Addr().As16(),

@@ -160,7 +160,7 @@ func TestResumptionLive(t *testing.T) {
 	sort.Slice(recs, func(i, j int) bool { return recs[i].TS.Before(recs[j].TS) })
 	if len(recs) != len(truths) {
 		for _, r := range recs {
-			t.Logf("record %s %s %s resumed=%v %s", r.Client, r.Server, r.Version, r.Resumed, r.Outcome)
+			t.Logf("record %s %s %s resumed=%v %s", r.ClientText(), r.Server, r.Version, r.Resumed, r.Outcome)
 		}
 		t.Fatalf("%d records for %d client connections (stats %+v)", len(recs), len(truths), st)
 	}
@@ -168,7 +168,7 @@ func TestResumptionLive(t *testing.T) {
 	for i, tr := range truths {
 		r := recs[i]
 		if r.Server != tr.server || (tr.port != 0 && int(r.ClientPort) != tr.port) {
-			t.Errorf("%s: record %d is %s -> %s (client port %d)", tr.name, i, r.Client, r.Server, tr.port)
+			t.Errorf("%s: record %d is %s -> %s (client port %d)", tr.name, i, r.ClientText(), r.Server, tr.port)
 			continue
 		}
 		if r.Outcome != record.OutcomeOK || r.Version != tr.version {

@@ -142,7 +142,7 @@ func TestSchemaValidates(t *testing.T) {
 			h.Generation = &record.Generation{ID: "g1", MasterPID: 10, WorkerPID: 11, Exe: "/usr/sbin/nginx",
 				ExeSHA256: strings.Repeat("ab", 32), OpenSSL: "OpenSSL 3.0.17"}
 		}
-		validate(t, recSchema, "record "+h.Client, string(exporter.AppendJSON(nil, &h)))
+		validate(t, recSchema, "record "+h.ClientText(), string(exporter.AppendJSON(nil, &h)))
 		ru.Write(&h)
 	}
 	rows := ru.Flush(time.Date(2026, 1, 1, 12, 1, 0, 0, time.UTC))

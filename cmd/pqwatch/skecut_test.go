@@ -204,7 +204,7 @@ func analyzeRecords(t *testing.T, file string) map[string]*record.Handshake {
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("%v: %q", err, l)
 		}
-		recs[r.Client] = &r
+		recs[r.ClientText()] = &r
 	}
 	return recs
 }
