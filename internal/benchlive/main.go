@@ -77,7 +77,7 @@ func main() {
 	var ladder string
 	flag.StringVar(&o.bin, "pqwatch", "bin/pqwatch", "pqwatch `binary`")
 	var rates string
-	flag.StringVar(&rates, "rate", "600,max", "handshakes per second of the live load, a comma-separated list; max: the highest rate nginx sustains on this machine (loadgen -max-rate-search, without pqwatch)")
+	flag.StringVar(&rates, "rate", "600,max", "handshakes per second of the live load, a comma-separated list; max: the highest rate this machine sustains without pqwatch (from 90% of what nginx completes when asked for 4000/s, down by tenths until loadgen keeps its schedule)")
 	flag.DurationVar(&o.duration, "duration", 10*time.Second, "measured window of the live load")
 	flag.DurationVar(&o.warmup, "warmup", 2*time.Second, "loadgen warm-up before the window (pqwatch's CPU counts it too)")
 	flag.IntVar(&o.conns, "conns", 2000, "connections in the replayed capture")
@@ -224,7 +224,7 @@ func run(o options) int {
 					status = 1
 					continue
 				}
-				fmt.Printf("\nbenchlive: highest rate nginx completes here (loadgen at %s, no agent): %.0f/s\n", why, mr)
+				fmt.Printf("\nbenchlive: highest rate this machine sustains (no agent; nginx %s): %.0f/s\n", why, mr)
 				ro.rate = mr
 			} else {
 				ro.rate, _ = strconv.ParseFloat(rate, 64)
