@@ -50,7 +50,6 @@ type cpuResult struct {
 	attrib         map[string]float64 // pqwatch_attributions_total by method over the window
 	vol, invol     uint64             // pqwatch's context switches over the window
 	refNsPerWakeup float64            // the reference process's CPU per voluntary switch
-	idleVol        uint64             // pqwatch's voluntary switches over the idle period
 	loadBefore     string             // /proc/loadavg at the start of the run
 	invalid        []string           // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
 }
@@ -180,15 +179,12 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 		ref0 = schedNs(ref.pid(), false)
 	}
 	idle0, idleStart := schedNs(pq.pid(), false), time.Now()
-	idleVol0, _ := ctxSwitches(pq.pid())
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-time.After(3 * time.Second):
 	}
 	r.idleNs, r.idleFor = schedNs(pq.pid(), false)-idle0, time.Since(idleStart)
-	idleVol1, _ := ctxSwitches(pq.pid())
-	r.idleVol = idleVol1 - idleVol0
 	if ref != nil {
 		r.refNs = schedNs(ref.pid(), false) - ref0
 		if v, _ := ctxSwitches(ref.pid()); v > 0 {
@@ -515,11 +511,17 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 		}
 		return (float64(c.pqNs)/c.observed - float64(e.pqNs)/e.observed) / 1000 / dp, true
 	}
-	wakeUs := func(r *cpuResult) float64 {
-		if r.idleVol == 0 {
-			return 0
+	// The fixed cost's share of a handshake: what pqwatch spends a second
+	// with no traffic (its timers, the probe, the runtime's wakes) over
+	// the handshakes a second. (The idle CPU per idle wake, the model
+	// before, overstated a busy wake several times over: an idle wake
+	// carries the probe's work and the runtime's waking, a ring block's
+	// wake under load neither; its "rest" came out negative.)
+	fixedUs := func(r *cpuResult) (float64, bool) {
+		if r.idleFor <= 0 || r.rateAchieved <= 0 {
+			return 0, false
 		}
-		return float64(r.idleNs) / float64(r.idleVol) / 1000
+		return float64(r.idleNs) / r.idleFor.Seconds() / r.rateAchieved / 1000, true
 	}
 	row("breakdown: packets read /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", r.packets/r.observed) })
 	row("  µs per packet (Δ eBPF vs classic, same flags)", func(r *cpuResult) string {
@@ -529,16 +531,18 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 		return "-"
 	})
 	row("  wakeups (voluntary switches) /handshake", func(r *cpuResult) string { return fmt.Sprintf("%.2f", float64(r.vol)/r.observed) })
-	row("  µs per wakeup (pqwatch idle: CPU/switches)", func(r *cpuResult) string { return fmt.Sprintf("%.1f", wakeUs(r)) })
-	row("  µs/handshake: packets | wakeups | rest", func(r *cpuResult) string {
+	row("  µs/handshake: fixed (idle ÷ rate) | packets | rest", func(r *cpuResult) string {
 		total := float64(r.pqNs) / 1000 / r.observed
-		w := float64(r.vol) * wakeUs(r) / r.observed
+		f, ok := fixedUs(r)
+		if !ok {
+			return "-"
+		}
 		c, ok := perPacket(r)
 		if !ok {
-			return fmt.Sprintf("- | %.1f | %.1f", w, total-w)
+			return fmt.Sprintf("%.1f | - | %.1f", f, total-f)
 		}
 		p := c * r.packets / r.observed
-		return fmt.Sprintf("%.1f | %.1f | %.1f", p, w, total-w-p)
+		return fmt.Sprintf("%.1f | %.1f | %.1f", f, p, total-f-p)
 	})
 	row("idle ms/s (no traffic; reference 1 wakeup/s)", func(r *cpuResult) string {
 		return fmt.Sprintf("%.1f (%.1f)", r.idleMsPerS(), float64(r.refNs)/1e6/r.idleFor.Seconds())
