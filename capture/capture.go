@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -258,7 +259,7 @@ func New(cfg Config) (*Capture, error) {
 		return nil, fmt.Errorf("capture: netlink: %w", err)
 	}
 	defer h.Close()
-	links, err := h.LinkList()
+	links, err := linkList(h)
 	if err != nil {
 		return nil, fmt.Errorf("capture: list links: %w", err)
 	}
@@ -520,6 +521,20 @@ func (c *Capture) followOnce(ctx context.Context) error {
 	}
 }
 
+// linkList lists h's links, dumping again (up to five dumps) while the
+// kernel says a dump was interrupted by a concurrent change: links come
+// and go as containers start and stop, and an interrupted dump may miss a
+// link or show one twice. Still interrupted after five: the error.
+func linkList(h *netlink.Handle) ([]netlink.Link, error) {
+	for range 4 {
+		links, err := h.LinkList()
+		if !errors.Is(err, nl.ErrDumpInterrupted) {
+			return links, err
+		}
+	}
+	return h.LinkList()
+}
+
 // reconcile drops groups whose link no longer exists (missed while the
 // subscription was down).
 func (c *Capture) reconcile(ctx context.Context) error {
@@ -528,7 +543,7 @@ func (c *Capture) reconcile(ctx context.Context) error {
 		return err
 	}
 	defer h.Close()
-	links, err := h.LinkList()
+	links, err := linkList(h)
 	if err != nil {
 		return err
 	}
