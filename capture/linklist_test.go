@@ -3,8 +3,6 @@ package capture
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -19,16 +17,11 @@ import (
 // make the list fail: an interrupted dump is dumped again. A CI run failed
 // a capture's start with "list links: results may be incomplete or
 // inconsistent" while other tests made and removed veths. Bounded: 4 s,
-// veth pairs in a namespace of the test's own.
+// veth pairs in a namespace of the test's own
+// (testenv's pair).
 func TestLinkListUnderChurn(t *testing.T) {
-	testenv.NeedRoot(t)
-	testenv.NeedBin(t, "ip")
-	name := fmt.Sprintf("pqwll%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	defer exec.Command("ip", "netns", "del", name).Run()
-	ns, err := netns.GetFromName(name)
+	p := testenv.NewPair(t, 1500)
+	ns, err := netns.GetFromName(p.S)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,8 +67,8 @@ func TestLinkListUnderChurn(t *testing.T) {
 			<-done
 			t.Fatalf("list %d: %v", lists, err)
 		}
-		if len(links) < 41 {
-			t.Errorf("list %d: %d links, want the 40 kept and lo at least", lists, len(links))
+		if len(links) < 42 {
+			t.Errorf("list %d: %d links, want the 40 kept, lo and the pair's veth at least", lists, len(links))
 		}
 	}
 	close(stop)

@@ -177,7 +177,7 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 		client = netip.AddrPortFrom(netip.AddrFrom16(r.ClientAddr), r.ClientPort)
 		server = netip.AddrPortFrom(netip.AddrFrom16(r.ServerAddr), r.ServerPort)
 	} else {
-		client, server = clientAddrPort(r), serverAddrPort(r)
+		client, server = r.ClientAddrPort(), serverAddrPort(r)
 		if !client.IsValid() || !server.IsValid() {
 			return nil, acceptMiss
 		}

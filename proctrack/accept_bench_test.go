@@ -165,7 +165,7 @@ func BenchmarkAttributionFromAccept(b *testing.B) {
 		r := recs[i%n]
 		r.Generation = nil
 		if i >= n { // a found accept is claimed: put it again
-			c, _ := netip.ParseAddrPort(r.ClientText())
+			c := r.ClientAddrPort()
 			acc.add(server, c, uint32(os.Getpid()), uint32(os.Getpid()), uint64(time.Now().UnixNano()))
 		}
 		if at.fromAccept(attribItem{r: r}, true) != acceptFound {

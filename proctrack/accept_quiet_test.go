@@ -100,7 +100,7 @@ func TestQuietAccept(t *testing.T) {
 	// An accept that was reported answers by its event, and never by the
 	// epoch: a new generation's process is not quiet.
 	newGen := rec(in, 90, server)
-	acc.add(server, netip.MustParseAddrPort(newGen.ClientText()), 21, 21, uint64(in.UnixNano())) // offset 0: the monotonic clock is the real one here
+	acc.add(server, newGen.ClientAddrPort(), 21, 21, uint64(in.UnixNano())) // offset 0: the monotonic clock is the real one here
 	x.mu.Lock()
 	x.byPID[21] = &record.Generation{ID: genB.ID, MasterPID: 20, WorkerPID: 21}
 	x.mu.Unlock()

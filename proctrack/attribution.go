@@ -298,7 +298,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 		return
 	}
 	r := it.r
-	server, client := serverAddrPort(r), clientAddrPort(r)
+	server, client := serverAddrPort(r), r.ClientAddrPort()
 	g, ok := (*record.Generation)(nil), false
 	switch r.Transport {
 	case record.TransportTCP:
@@ -341,21 +341,13 @@ func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
 	return res
 }
 
-// serverAddrPort and clientAddrPort are r's endpoints: the sniffer's
-// address fields, else parsed from the text (records read back, and the
-// cases the fields cannot tell: see record.ClientField).
+// serverAddrPort is r's server endpoint: the sniffer's address fields,
+// else parsed from the text (records read back, and an IPv4-mapped IPv6
+// address, which the fields cannot tell from IPv4; see record.ClientField).
 func serverAddrPort(r *record.Handshake) netip.AddrPort {
 	if r.ServerPort != 0 && r.ServerAddr != ([16]byte{}) && !strings.HasPrefix(r.Server, "[::ffff:") {
 		return netip.AddrPortFrom(netip.AddrFrom16(r.ServerAddr).Unmap(), r.ServerPort)
 	}
 	ap, _ := netip.ParseAddrPort(r.Server)
-	return ap
-}
-
-func clientAddrPort(r *record.Handshake) netip.AddrPort {
-	if r.Client == "" && r.ClientPort != 0 {
-		return netip.AddrPortFrom(netip.AddrFrom16(r.ClientAddr).Unmap(), r.ClientPort)
-	}
-	ap, _ := netip.ParseAddrPort(r.Client)
 	return ap
 }

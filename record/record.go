@@ -201,18 +201,32 @@ func ClientField(ap netip.AddrPort) string {
 	return ""
 }
 
+// clientInFields says Client is left to ClientAddr and ClientPort.
+func (h *Handshake) clientInFields() bool { return h.Client == "" && h.ClientPort != 0 }
+
+// ClientAddrPort is the client's address and port: from ClientAddr and
+// ClientPort when Client is left to them, else parsed from Client (the
+// zero AddrPort when it does not parse).
+func (h *Handshake) ClientAddrPort() netip.AddrPort {
+	if h.clientInFields() {
+		return netip.AddrPortFrom(netip.AddrFrom16(h.ClientAddr).Unmap(), h.ClientPort)
+	}
+	ap, _ := netip.ParseAddrPort(h.Client)
+	return ap
+}
+
 // AppendClient appends the client's address text to dst: Client, else
 // ClientAddr and ClientPort written out.
 func (h *Handshake) AppendClient(dst []byte) []byte {
-	if h.Client != "" || h.ClientPort == 0 {
+	if !h.clientInFields() {
 		return append(dst, h.Client...)
 	}
-	return netip.AddrPortFrom(netip.AddrFrom16(h.ClientAddr).Unmap(), h.ClientPort).AppendTo(dst)
+	return h.ClientAddrPort().AppendTo(dst)
 }
 
 // ClientText is the client's address text (see AppendClient).
 func (h *Handshake) ClientText() string {
-	if h.Client != "" || h.ClientPort == 0 {
+	if !h.clientInFields() {
 		return h.Client
 	}
 	var b [64]byte

@@ -41,6 +41,9 @@ func TestClientText(t *testing.T) {
 		if got := h.ClientText(); got != ap.String() {
 			t.Errorf("%s: ClientText %q (lazy %v)", s, got, lazy)
 		}
+		if got := h.ClientAddrPort(); got != ap {
+			t.Errorf("%s: ClientAddrPort %v", s, got)
+		}
 		if got := string(h.AppendClient([]byte("x"))); got != "x"+ap.String() {
 			t.Errorf("%s: AppendClient %q", s, got)
 		}

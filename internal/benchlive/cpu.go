@@ -42,16 +42,15 @@ type cpuResult struct {
 	rateAchieved         float64
 	rate                 float64 // asked for
 
-	noAgent        bool               // the "none" arm: no pqwatch at all
-	bpf            map[string]bpfProg // pqwatch's BPF programs over the load window, by name
-	hostBusyTicks  uint64             // /proc/stat busy ticks over the load window
-	hostAllTicks   uint64
-	packets        float64            // packets pqwatch read from the rings over the window
-	attrib         map[string]float64 // pqwatch_attributions_total by method over the window
-	vol, invol     uint64             // pqwatch's context switches over the window
-	refNsPerWakeup float64            // the reference process's CPU per voluntary switch
-	loadBefore     string             // /proc/loadavg at the start of the run
-	invalid        []string           // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
+	noAgent       bool               // the "none" arm: no pqwatch at all
+	bpf           map[string]bpfProg // pqwatch's BPF programs over the load window, by name
+	hostBusyTicks uint64             // /proc/stat busy ticks over the load window
+	hostAllTicks  uint64
+	packets       float64            // packets pqwatch read from the rings over the window
+	attrib        map[string]float64 // pqwatch_attributions_total by method over the window
+	vol, invol    uint64             // pqwatch's context switches over the window
+	loadBefore    string             // /proc/loadavg at the start of the run
+	invalid       []string           // why loadgen judged the trial invalid (a machine too busy to keep the schedule)
 }
 
 // startNginx runs nginx in the foreground (daemon off) with a throwaway
@@ -187,9 +186,6 @@ func cpuFigure(ctx context.Context, o options, dir string, extra ...string) (*cp
 	r.idleNs, r.idleFor = schedNs(pq.pid(), false)-idle0, time.Since(idleStart)
 	if ref != nil {
 		r.refNs = schedNs(ref.pid(), false) - ref0
-		if v, _ := ctxSwitches(ref.pid()); v > 0 {
-			r.refNsPerWakeup = float64(schedNs(ref.pid(), false)) / float64(v)
-		}
 		ref.stop()
 	}
 	return r, r.load(ctx, o, dir, ngx, pq, sc)
