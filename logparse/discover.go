@@ -5,7 +5,9 @@ package logparse
 // when none parses a single line. Empty lines are not counted. It is how an
 // access log copied away from the path its nginx.conf names finds its
 // log_format: every format of the conf is tried on the log's own lines.
+// A container log's lines (CRI, Docker json-file) are unwrapped first.
 func DiscoverFormat(sample [][]byte, candidates []*Format) (best *Format, parsed int) {
+	sample = UnwrapSample(sample)
 	var l NginxLine
 	for _, f := range candidates {
 		n := 0

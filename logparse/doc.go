@@ -2,7 +2,9 @@
 // log_format (the format definition itself is compiled into a matcher, with
 // the built-in "combined" format and nginx's default, json and none escaping),
 // nginx.conf log_format/access_log directives, Caddy's JSON access log and
-// nginx's error log. It also follows log files across rotation (tail.go).
+// nginx's error log. It also follows log files across rotation (tail.go)
+// and unwraps the lines of container logs, CRI and Docker json-file
+// (container.go).
 //
 // The parsers do no I/O and keep no state: each takes one line and fills a
 // caller-owned struct (reset, then fill). Byte-slice fields of the filled

@@ -77,12 +77,13 @@ const fpLen = 32 // fingerprint: the bytes right before the offset
 // position or the fingerprint (the 32 bytes before the offset) no longer
 // matches (copytruncate), the rest is read from path+".1" if that file holds
 // the same fingerprint at the same offset, then the truncated file from 0.
-// After a restart the saved entries are matched by inode against path and
-// path+".1" with the same rules; a path inode that no entry names is read
-// from 0. Whatever cannot be located (more than one rotation between polls
-// or while stopped) is counted in TailStats.Gaps. Delivery is exactly once
-// as long as Run returns normally; after a crash, lines delivered after the
-// last save (SaveInterval) are delivered again.
+// After a restart the saved entries are matched by inode against path,
+// path+".1" and then path+".SUFFIX" (kubelet's 0.log.20261205-085845) with
+// the same rules; a path inode that no entry names is read from 0. Whatever
+// cannot be located (more than one rotation between polls, or while stopped
+// when the old file went elsewhere) is counted in TailStats.Gaps. Delivery
+// is exactly once as long as Run returns normally; after a crash, lines
+// delivered after the last save (SaveInterval) are delivered again.
 type Tailer struct {
 	path string
 	opts TailOptions
@@ -710,8 +711,18 @@ func (t *Tailer) restore() error {
 			rot.rotated = now
 			t.draining = append(t.draining, rot)
 		default:
+			if sib := t.rotatedSibling(e.dev, e.ino); sib != nil {
+				fi, err := sib.f.Stat()
+				if err == nil && fi.Size() >= e.off && fingerprintAt(sib.f, e.off, e.tail) {
+					sib.off, sib.pos, sib.bufStart, sib.tail = e.off, e.off, e.off, e.tail
+					sib.rotated = now
+					t.draining = append(t.draining, sib)
+					continue
+				}
+				sib.f.Close()
+			}
 			t.stats.gaps.Add(1)
-			t.log.Warn("tail: saved file not found at path or .1", "path", t.path, "inode", e.ino)
+			t.log.Warn("tail: saved file not found at path, .1 or path.SUFFIX", "path", t.path, "inode", e.ino)
 		}
 	}
 	if rotErr == nil && !usedRot {
