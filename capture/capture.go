@@ -254,7 +254,7 @@ func New(cfg Config) (*Capture, error) {
 		ok = true
 		return c, nil
 	}
-	h, err := netlink.NewHandleAt(c.ns)
+	h, err := netlinkHandle(c.ns)
 	if err != nil {
 		return nil, fmt.Errorf("capture: netlink: %w", err)
 	}
@@ -486,10 +486,15 @@ func (c *Capture) followOnce(ctx context.Context) error {
 	done := make(chan struct{})
 	defer close(done)
 	var subErr atomic.Value
-	err := netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
-		Namespace:     &c.ns,
-		ListExisting:  true,
-		ErrorCallback: func(err error) { subErr.Store(err) },
+	// The subscription's socket is made in the namespace of the thread that
+	// subscribes (netlink's Namespace option would setns even into its own).
+	// Its ListExisting dump is sent to the multicast group, which needs
+	// CAP_NET_ADMIN: reconcile lists the links instead, after subscribing,
+	// so a link that comes up in between is seen by one or the other.
+	err := inNS(c.ns, func() error {
+		return netlink.LinkSubscribeWithOptions(ch, done, netlink.LinkSubscribeOptions{
+			ErrorCallback: func(err error) { subErr.Store(err) },
+		})
 	})
 	if err != nil {
 		return err
@@ -535,10 +540,11 @@ func linkList(h *netlink.Handle) ([]netlink.Link, error) {
 	return h.LinkList()
 }
 
-// reconcile drops groups whose link no longer exists (missed while the
-// subscription was down).
+// reconcile opens rings for the wanted links there now and drops groups
+// whose link no longer exists: what the subscription missed before it
+// began or while it was down.
 func (c *Capture) reconcile(ctx context.Context) error {
-	h, err := netlink.NewHandleAt(c.ns)
+	h, err := netlinkHandle(c.ns)
 	if err != nil {
 		return err
 	}
@@ -550,6 +556,9 @@ func (c *Capture) reconcile(ctx context.Context) error {
 	live := map[int]bool{}
 	for _, l := range links {
 		live[l.Attrs().Index] = true
+		if err := c.linkUp(l); err != nil {
+			c.log.Warn("capture: open interface", "iface", l.Attrs().Name, "err", err)
+		}
 	}
 	c.mu.Lock()
 	var gone []int

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/afpacket"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -330,12 +331,26 @@ func (g *group) join(ifindex int, filter []bpf.RawInstruction, ebpf *ebpfFilter,
 	return nil
 }
 
-// inNS runs fn on an OS thread switched into ns. The thread stays locked and
-// exits with the goroutine, so its namespace never leaks.
+// inNS runs fn on an OS thread in ns. A thread already there runs fn as it
+// is: entering a namespace (setns) needs CAP_SYS_ADMIN, which an agent
+// capturing its own namespace under NET_RAW alone does not have. Only a
+// thread in another namespace (a test's, or the caller's after it moved)
+// switches; it stays locked and exits with the goroutine, so its namespace
+// never leaks.
 func inNS(ns netns.NsHandle, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		cur, err := netns.Get()
+		if err == nil {
+			same := cur.Equal(ns)
+			cur.Close()
+			if same {
+				defer runtime.UnlockOSThread()
+				errc <- fn()
+				return
+			}
+		}
 		if err := netns.Set(ns); err != nil {
 			errc <- fmt.Errorf("capture: enter network namespace: %w", err)
 			return
@@ -343,4 +358,15 @@ func inNS(ns netns.NsHandle, fn func() error) error {
 		errc <- fn()
 	}()
 	return <-errc
+}
+
+// netlinkHandle opens a netlink handle in ns, entering it only when the
+// thread is elsewhere (netlink.NewHandleAt always calls setns).
+func netlinkHandle(ns netns.NsHandle) (*netlink.Handle, error) {
+	var h *netlink.Handle
+	err := inNS(ns, func() (err error) {
+		h, err = netlink.NewHandle()
+		return err
+	})
+	return h, err
 }
