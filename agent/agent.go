@@ -71,8 +71,8 @@ type Config struct {
 	CaddyLogs      []string
 	NginxErrorLogs []string
 	StateDir       string // tail offsets; "" = start at the end of each log
-	// SymlinkDirs: a log path that is a symbolic link is followed only into
-	// these directories (logparse.TailOptions.SymlinkDirs).
+	// SymlinkDirs: directories a symbolic link in a log's path may lead
+	// into (logparse.TailOptions.SymlinkDirs, logparse.OpenLog's rule).
 	SymlinkDirs []string
 
 	JSONL io.Writer // nil = no JSONL stream

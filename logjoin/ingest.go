@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/pqwatch/pqwatch/logparse"
@@ -97,6 +96,9 @@ type Files struct {
 	Nginx    []NginxLog
 	Caddy    []string
 	ErrorLog string // nginx error log: its severe lines are reported
+	// SymlinkDirs: where a symbolic link in a log's path may lead
+	// (logparse.OpenLog; -log-symlink-dirs).
+	SymlinkDirs []string
 }
 
 // Empty reports whether there is nothing to read.
@@ -167,7 +169,7 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 	read := func(path, how string, lr *LineReader) {
 		lf := LogFile{Path: path, Source: lr.source, Format: lr.FormatName(), How: how}
 		n := 0
-		err := eachLine(path, func(b []byte) {
+		err := eachLine(path, f.SymlinkDirs, func(b []byte) {
 			n++
 			if len(b) == 0 {
 				return
@@ -198,7 +200,7 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 	}
 	if f.ErrorLog != "" {
 		var el logparse.ErrorLine
-		_ = eachLine(f.ErrorLog, func(b []byte) {
+		_ = eachLine(f.ErrorLog, f.SymlinkDirs, func(b []byte) {
 			if logparse.ParseErrorLine(b, time.Local, &el) == nil && el.Level.Severe() && len(res.ServerErrors) < 50 {
 				res.ServerErrors = append(res.ServerErrors, string(b))
 			}
@@ -215,9 +217,10 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 	return res
 }
 
-// eachLine calls fn for every line of path, without its line ending.
-func eachLine(path string, fn func([]byte)) error {
-	f, err := os.Open(path)
+// eachLine calls fn for every line of path, without its line ending. The
+// file is opened confined (logparse.OpenLog: links only into dirs).
+func eachLine(path string, dirs []string, fn func([]byte)) error {
+	f, err := logparse.OpenLog(path, dirs)
 	if err != nil {
 		return err
 	}

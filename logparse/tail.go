@@ -40,10 +40,11 @@ type TailOptions struct {
 	// writes (nginx writes to the old file until it reopens its logs)
 	// after a new file appeared at the path (default 5s).
 	RotateWait time.Duration
-	// SymlinkDirs: a path that is a symbolic link is followed only when
-	// its target resolves inside one of these directories ("/" allows
-	// every target). Empty: symbolic links are refused, so a log path
-	// cannot be pointed at a file pqwatch should not read.
+	// SymlinkDirs: directories a symbolic link in the log's path may lead
+	// into ("/" allows every link). Without them a link is followed only
+	// while it stays inside the log's own directory, and none on the way
+	// to that directory, so a log path cannot be pointed at a file pqwatch
+	// should not read (OpenLog has the exact rule).
 	SymlinkDirs []string
 	// Counters receives too_long counts; may be nil.
 	Counters *LineCounters
@@ -205,7 +206,9 @@ var (
 
 // openAt opens name for tailing at off. Only a regular file is read: a
 // FIFO would block (and hang shutdown), a device such as /dev/zero never
-// ends. A symbolic link is followed only into opts.SymlinkDirs. A refusal
+// ends. Every component of the path is resolved as OpenLog does (a link
+// stays inside the log's directory or leads into opts.SymlinkDirs), for the
+// first open and after every rotation alike. A refusal
 // is logged once (until the path changes) and counted; the tailer keeps
 // watching the path.
 func (t *Tailer) openAt(name string, off int64) (*tfile, error) {
@@ -223,24 +226,8 @@ func (t *Tailer) openAt(name string, off int64) (*tfile, error) {
 }
 
 func (t *Tailer) open(name string, off int64) (*tfile, error) {
-	li, err := os.Lstat(name)
+	f, err := OpenLog(name, t.opts.SymlinkDirs) // confine.go: every component checked
 	if err != nil {
-		return nil, err
-	}
-	flags := os.O_RDONLY | syscall.O_NONBLOCK | syscall.O_NOFOLLOW
-	target := name
-	if li.Mode()&os.ModeSymlink != 0 {
-		if target, err = t.allowedTarget(name); err != nil {
-			return nil, err
-		}
-	} else if !li.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is a %s; point the flag at the log file itself", ErrNotRegular, name, fileKind(li.Mode()))
-	}
-	f, err := os.OpenFile(target, flags, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil, fmt.Errorf("%w: %s became a symbolic link", ErrSymlink, name)
-		}
 		return nil, err
 	}
 	fi, err := f.Stat()
@@ -255,25 +242,6 @@ func (t *Tailer) open(name string, off int64) (*tfile, error) {
 	tf := &tfile{f: f, name: name, off: off, pos: off, bufStart: off}
 	tf.dev, tf.ino = fileID(fi)
 	return tf, nil
-}
-
-// allowedTarget resolves a symbolic link at name and returns its target
-// when that lies inside one of opts.SymlinkDirs.
-func (t *Tailer) allowedTarget(name string) (string, error) {
-	target, err := filepath.EvalSymlinks(name)
-	if err != nil {
-		return "", err
-	}
-	for _, d := range t.opts.SymlinkDirs {
-		dir, err := filepath.EvalSymlinks(d)
-		if err != nil {
-			continue
-		}
-		if rel, err := filepath.Rel(dir, target); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-			return target, nil
-		}
-	}
-	return "", fmt.Errorf("%w: %s points to %s; allow its directory with -log-symlink-dirs", ErrSymlink, name, target)
 }
 
 // fileKind names a non-regular file type for a message.

@@ -43,6 +43,7 @@ type commonFlags struct {
 	maxFlows      int
 	forecast      string
 	expect        listFlag
+	symlinkDirs   string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet) {
@@ -58,6 +59,18 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows, least recently active evicted (run: per capture worker)")
 	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5=, openssl3.5-server= or openssl3.0= for the selection rule, or a name: go, caddy, openssl35, openssl30; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
 	registerExpect(fs, &c.expect)
+	fs.StringVar(&c.symlinkDirs, "log-symlink-dirs", "", "comma-separated `dirs` a symbolic link in a log's (or -nginx-conf's) path may lead into (/ allows all; default: a link is followed only while it stays inside the file's own directory, and none on the way to it)")
+}
+
+// symlinkDirList is -log-symlink-dirs as a list (logparse.OpenLog).
+func (c *commonFlags) symlinkDirList() []string {
+	var out []string
+	for d := range strings.SplitSeq(c.symlinkDirs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (c *commonFlags) validate() error {

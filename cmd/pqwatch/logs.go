@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/pqwatch/pqwatch/logjoin"
@@ -33,7 +32,7 @@ const (
 func nginxLogs(cf *commonFlags, fromEnd bool) ([]logjoin.NginxLog, error) {
 	var conf *logparse.NginxConfig
 	if cf.nginxConf != "" {
-		text, err := os.ReadFile(cf.nginxConf)
+		text, err := readConfined(cf.nginxConf, cf.symlinkDirList())
 		if err != nil {
 			return nil, fmt.Errorf("-nginx-conf: %w", err)
 		}
@@ -94,7 +93,7 @@ func nginxLogs(cf *commonFlags, fromEnd bool) ([]logjoin.NginxLog, error) {
 			if conf != nil {
 				cands = conf.Candidates()
 			}
-			if sample := sampleOf(path, fromEnd); len(sample) > 0 {
+			if sample := sampleOf(path, cf.symlinkDirList(), fromEnd); len(sample) > 0 {
 				if f, n := logparse.DiscoverFormat(sample, cands); f != nil && n > 0 {
 					l.Format, l.How = f, howFound
 				}
@@ -126,8 +125,8 @@ func confNames(conf *logparse.NginxConfig) string {
 // sampleOf reads up to sampleLines lines of path: its first ones, or with
 // fromEnd the whole lines of its last sampleTailKB. A file that cannot be
 // read gives none (the reader reports it later).
-func sampleOf(path string, fromEnd bool) [][]byte {
-	f, err := os.Open(path)
+func sampleOf(path string, dirs []string, fromEnd bool) [][]byte {
+	f, err := logparse.OpenLog(path, dirs)
 	if err != nil {
 		return nil
 	}
@@ -165,9 +164,20 @@ func sampleOf(path string, fromEnd bool) [][]byte {
 	return lines
 }
 
+// readConfined reads the file at path opened as a log is
+// (logparse.OpenLog: a symbolic link only into dirs).
+func readConfined(path string, dirs []string) ([]byte, error) {
+	f, err := logparse.OpenLog(path, dirs)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
 // logFiles are the logs the flags name, each nginx log with its format.
 func (c *commonFlags) logFiles() (logjoin.Files, error) {
-	f := logjoin.Files{Caddy: c.caddyLogs, ErrorLog: c.nginxErrorLog}
+	f := logjoin.Files{Caddy: c.caddyLogs, ErrorLog: c.nginxErrorLog, SymlinkDirs: c.symlinkDirList()}
 	if f.Empty() && len(c.nginxLogs)+len(c.nginxLogsAs) == 0 {
 		return f, nil
 	}

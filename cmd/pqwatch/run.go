@@ -40,7 +40,6 @@ type runFlags struct {
 	maxConns    int
 	captureAll  bool
 	lineBuf     bool
-	symlinkDirs string
 	budget      byteSize
 	noAccept    bool
 	allAccept   bool
@@ -63,7 +62,6 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&rf.pprofAddr, "pprof-addr", "", "serve Go profiling under /debug/pprof/ on this loopback `address` (e.g. 127.0.0.1:6060; a listener of its own; empty: off)")
 	fs.StringVar(&rf.webConfig, "web.config.file", "", "`file` with TLS and basic-auth settings of the metrics endpoint (Prometheus exporter-toolkit format, as node_exporter)")
 	fs.IntVar(&rf.maxConns, "metrics-max-conns", 64, "cap on open connections to the metrics endpoint; at the cap a new one closes the oldest idle one")
-	fs.StringVar(&rf.symlinkDirs, "log-symlink-dirs", "", "comma-separated `dirs`: a log path that is a symbolic link is followed only when its target lies inside one of them (/ allows all; default: links are refused)")
 	fs.BoolVar(&rf.lineBuf, "line-buffered", false, "with -format jsonl, write every record through at once (default: at once when the output is a pipe or terminal, else within half a second)")
 	fs.Var(&rf.budget, "buffer-budget", "memory `size` for unfinished handshakes (TCP reassembly and QUIC CRYPTO buffers) over all workers, e.g. 64MiB; when full, the oldest unfinished flow is evicted and counted (default: a quarter of the memory limit, GOMEMLIMIT or the cgroup's, at most 64MiB per worker)")
 	fs.BoolVar(&rf.captureAll, "capture-all", false, "keep every frame (default: pure ACKs and TLS application-data segments are dropped in the kernel)")
@@ -88,11 +86,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	if rf.nginxErrorLog != "" {
 		cfg.NginxErrorLogs = []string{rf.nginxErrorLog}
 	}
-	for d := range strings.SplitSeq(rf.symlinkDirs, ",") {
-		if d = strings.TrimSpace(d); d != "" {
-			cfg.SymlinkDirs = append(cfg.SymlinkDirs, d)
-		}
-	}
+	cfg.SymlinkDirs = rf.symlinkDirList()
 	closeOut := func() error { return nil }
 	if rf.ifaces != "" {
 		for _, s := range strings.Split(rf.ifaces, ",") {
