@@ -283,9 +283,10 @@ func (k *Kafka) Collector() prometheus.Collector {
 // scrape time. Without a sink it has no series; with several, up is 1 only
 // when all are, and errors add up.
 type kafkaHealthFamily struct {
-	up, errs *prometheus.Desc
-	mu       sync.Mutex
-	sinks    []*Kafka
+	up, errs  *prometheus.Desc
+	unspooled *prometheus.Desc // pqwatch_kafka_spool_unwritten_total (spool.go)
+	mu        sync.Mutex
+	sinks     []*Kafka
 }
 
 func newKafkaHealthFamily() *kafkaHealthFamily {
@@ -296,6 +297,7 @@ func newKafkaHealthFamily() *kafkaHealthFamily {
 		errs: prometheus.NewDesc(namespace+"_kafka_errors_total",
 			"Failed Kafka produce attempts and cluster checks by reason: network, broker (retried), unknown_topic, authorization, authentication, tls (need a change on the brokers or in pqwatch's flags), message_too_large (the record is dropped), other. Only with a Kafka feed.",
 			[]string{"reason"}, nil),
+		unspooled: spoolUnwrittenDesc(),
 	}
 }
 
@@ -305,7 +307,11 @@ func (f *kafkaHealthFamily) attach(k *Kafka) {
 	f.sinks = append(f.sinks, k)
 }
 
-func (f *kafkaHealthFamily) Describe(ch chan<- *prometheus.Desc) { ch <- f.up; ch <- f.errs }
+func (f *kafkaHealthFamily) Describe(ch chan<- *prometheus.Desc) {
+	ch <- f.up
+	ch <- f.errs
+	ch <- f.unspooled
+}
 
 func (f *kafkaHealthFamily) Collect(ch chan<- prometheus.Metric) {
 	f.mu.Lock()
@@ -316,7 +322,10 @@ func (f *kafkaHealthFamily) Collect(ch chan<- prometheus.Metric) {
 	}
 	up := 1.0
 	var errs [len(kafkaReasons)]uint64
+	var unspooled uint64
 	for _, k := range sinks {
+		n, _ := k.SpoolWriteFailures()
+		unspooled += n
 		if !k.health.up.Load() {
 			up = 0
 		}
@@ -328,4 +337,5 @@ func (f *kafkaHealthFamily) Collect(ch chan<- prometheus.Metric) {
 	for i, r := range KafkaErrorReasons {
 		ch <- prometheus.MustNewConstMetric(f.errs, prometheus.CounterValue, float64(errs[i]), r)
 	}
+	ch <- prometheus.MustNewConstMetric(f.unspooled, prometheus.CounterValue, float64(unspooled))
 }

@@ -1,6 +1,7 @@
 package exporter
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
@@ -13,6 +14,9 @@ type qmsg struct {
 	value []byte
 	at    time.Duration // when it was queued, on the queue's monotonic clock
 	loc   spoolLoc      // where the spool holds it too (loc.n == 0: nowhere)
+	// unspooled: writing it ahead failed once (counted once, in the
+	// spool's WriteFailures).
+	unspooled bool
 }
 
 func (m *qmsg) size() int64 { return int64(len(m.topic) + len(m.key) + len(m.value) + 64) }
@@ -87,15 +91,9 @@ func (q *queue) push(m qmsg) pushResult {
 	if q.spool != nil {
 		// The spool keeps arrival order: what memory holds goes first.
 		q.writeAheadLocked(q.now(), -1)
-		if q.head+q.written == len(q.items) {
-			ok, err := q.spool.append(&m)
-			if err != nil {
-				q.spoolErr = err
-			}
-			if ok {
-				q.signal()
-				return pushSpooled
-			}
+		if q.head+q.written == len(q.items) && q.spool.append(&m) {
+			q.signal()
+			return pushSpooled
 		}
 	}
 	return pushDropped
@@ -103,8 +101,9 @@ func (q *queue) push(m qmsg) pushResult {
 
 // writeAhead writes the messages queued at or before cutoff (on q.now's
 // clock) that the spool does not hold yet, in chunks of about chunk bytes
-// with the lock released between them, and flushes them to the file. It
-// returns how many it wrote.
+// with the lock released between them. It returns how many it wrote. When
+// the spool's disk is full it probes it first (the probe is due at most
+// every probeInterval).
 func (q *queue) writeAhead(cutoff time.Duration, chunk int64) int {
 	if q.spool == nil {
 		return 0
@@ -116,10 +115,10 @@ func (q *queue) writeAhead(cutoff time.Duration, chunk int64) int {
 			q.mu.Unlock()
 			return total
 		}
-		n, more := q.writeAheadLocked(cutoff, chunk)
-		if err := q.spool.flush(); err != nil {
-			q.spoolErr = err
+		if total == 0 {
+			q.spool.tick()
 		}
+		n, more := q.writeAheadLocked(cutoff, chunk)
 		q.mu.Unlock()
 		total += n
 		if !more {
@@ -129,47 +128,49 @@ func (q *queue) writeAhead(cutoff time.Duration, chunk int64) int {
 }
 
 // writeAheadLocked writes unwritten messages queued at or before cutoff,
-// oldest first, about chunk bytes (chunk < 0: no limit). more reports that
-// the chunk ended before the messages did. It is called with q.mu held.
+// oldest first, about chunk bytes (chunk < 0: no limit), in one write.
+// more reports that the chunk ended before the messages did. When the
+// disk refuses them, the messages due stay in memory only, each counted
+// once as a write failure. It is called with q.mu held.
 func (q *queue) writeAheadLocked(cutoff time.Duration, chunk int64) (n int, more bool) {
+	first := q.head + q.written
 	var size int64
-	for i := q.head + q.written; i < len(q.items); i++ {
+	i := first
+	refused := false
+	for ; i < len(q.items); i++ {
 		m := &q.items[i]
 		if m.at > cutoff {
-			return n, false
+			break
 		}
 		if chunk >= 0 && size >= chunk {
-			return n, true
+			more = true
+			break
 		}
-		loc, ok, err := q.spool.appendLoaded(m)
-		if err != nil {
-			q.spoolErr = err
-		}
-		if !ok {
-			return n, false // full: the rest stays in memory only
+		loc, r := q.spool.stage(m)
+		if r != staged {
+			// noRoom: the spool is at its bound, the rest stays in memory.
+			refused = r == notWritten
+			break
 		}
 		m.loc = loc
-		q.written++
-		q.writtenAhead++
 		size += loc.n
-		n++
 	}
-	return n, false
-}
-
-// flushSpool writes buffered spool frames (overflow) to the file.
-func (q *queue) flushSpool() {
-	if q.spool == nil {
-		return
+	q.spool.commit()
+	n = q.spool.takeBatch()
+	q.written += n
+	q.writtenAhead += uint64(n)
+	if n < i-first || refused {
+		more = false
+		for j := first + n; j < len(q.items) && q.items[j].at <= cutoff; j++ {
+			m := &q.items[j]
+			m.loc = spoolLoc{}
+			if !m.unspooled {
+				m.unspooled = true
+				q.spool.noteFailure(frameSize(m))
+			}
+		}
 	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return
-	}
-	if err := q.spool.flush(); err != nil {
-		q.spoolErr = err
-	}
+	return n, more
 }
 
 // refill moves spooled messages into memory while memory has room. It is
@@ -274,12 +275,16 @@ func (q *queue) writtenAheadCount() uint64 {
 	return q.writtenAhead
 }
 
-// takeSpoolErr returns and clears the last spool error.
+// takeSpoolErr returns and clears the last spool error, and the start or
+// end of a disk-full episode (each reported once).
 func (q *queue) takeSpoolErr() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	err := q.spoolErr
 	q.spoolErr = nil
+	if q.spool != nil {
+		err = errors.Join(err, q.spool.takeNotices())
+	}
 	return err
 }
 
@@ -296,6 +301,7 @@ func (q *queue) close() (lost, kept int, unread int64, err error) {
 	q.closed = true
 	lost = len(q.items) - q.head
 	if q.spool != nil {
+		q.spool.retryNow() // the last chance, even while the disk is full
 		q.writeAheadLocked(q.now(), -1)
 		kept = q.written
 		lost -= q.written

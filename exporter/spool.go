@@ -13,34 +13,54 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A spool is a FIFO of messages on disk: append-only segment files named
-// by a decimal sequence number with a ".seg" suffix, read from the oldest,
-// each with an append-only ".ack" file beside it that marks the frames the
-// broker acknowledged. A segment is removed once every frame in it is
-// acknowledged; after a restart the marked frames are skipped, so nothing
-// the spool knows was delivered is delivered again. Its size on disk is
-// capped; a message that does not fit is refused.
+// by a decimal sequence number with a ".seg" suffix, read from the oldest.
+// A segment is removed once every frame in it is acknowledged; after a
+// restart the frames marked acknowledged are skipped, so nothing the spool
+// knows was delivered is delivered again. Its size on disk is capped; a
+// message that does not fit is refused.
 //
 // A frame is written for two reasons. A message that did not fit in memory
 // goes to the spool only (append: "unread", read back by next). A message
 // in memory that waited too long for its acknowledgement is written ahead
-// (appendLoaded), so that a killed process loses only the youngest
+// (stage and commit), so that a killed process loses only the youngest
 // messages; the queue keeps it in memory and marks it when it is acked.
 // The queue writes frames in arrival order, so the segments replay in the
 // order the messages came.
 //
 // Frame layout: uint32 payload length, uint32 CRC-32C of the payload, then
 // the payload: uint8 topic length, topic, uint16 key length, key, value.
-// Ack record: uint64 offset, uint64 length of a run of acknowledged frames.
 //
-// Frames reach the page cache within the queue's flush interval and ack
-// records at once, which is what a SIGKILL or an OOM kill leaves behind;
-// the spool is synced to disk only when it is closed (a power loss may lose
-// more).
+// Acknowledgements are kept in memory while running (exact) and in a
+// ".ackmap" file beside each segment: one bit per frameMin bytes of the
+// segment, bit off/frameMin for the frame at off (frames are at least
+// frameMin bytes long, so no two share a bit). The map is written in full
+// (zeros) when its segment is created, so a mark overwrites blocks that are
+// already allocated and a full disk cannot stop it (a copy-on-write file
+// system may still refuse). A segment whose frames are all acknowledged is
+// removed, which frees space and needs none. Earlier versions appended
+// (offset, length) records to a ".ack" file; such a file is still read.
+//
+// Disk full (or any write error) is a state, not an end: a commit writes
+// whole frames in one write and, when the write falls short, truncates the
+// segment back to the last whole frame; the frames not written are refused
+// and counted (noteFailure), and further writes are refused without a
+// system call until a probe (a probeBytes file written and removed, at most
+// every probeInterval) succeeds. The episode's start and end (with its
+// totals) are reported once each (takeNotices).
+//
+// Frames and marks reach the page cache when they are written, which is
+// what a SIGKILL or an OOM kill leaves behind; the spool is synced to disk
+// only when it is closed (a power loss may lose more).
 //
 // A spool is not safe for concurrent use; the queue serialises access.
+// Degraded and WriteFailures may be called concurrently.
 type spool struct {
 	dir      string
 	maxBytes int64
@@ -48,14 +68,18 @@ type spool struct {
 
 	segs    []int64 // sequence numbers on disk, oldest first
 	seg     map[int64]*segment
-	total   int64 // bytes on disk, buffered writes included
+	total   int64 // bytes of frames on disk
 	nextSeq int64 // the sequence number of the next segment
 
-	w      *os.File
-	bw     *bufio.Writer
+	w      *os.File // the write segment; nil: none open
 	wSeq   int64
-	wBytes int64
-	dirty  bool // bw holds frames not yet written to the file
+	wBytes int64 // bytes of whole frames in it
+
+	// Frames staged for the next commit, all for the write segment.
+	wbuf    []byte
+	pend    []int64 // their sizes
+	batchOK int     // frames committed since the last takeBatch
+	stop    bool    // a commit failed: stage refuses until takeBatch
 
 	// The read cursor: the oldest frame not handed out yet. It is only
 	// meaningful while unread > 0.
@@ -67,15 +91,33 @@ type spool struct {
 
 	corrupt int // frames or tails lost to corruption (counted as dropped)
 	hdr     [8]byte
-	ackBuf  []byte
+
+	// The disk's state: full while writes fail.
+	full      bool
+	fullSince time.Time
+	nextProbe time.Time
+	epRecords uint64 // records refused in this episode
+	epBytes   uint64
+	marksLate bool // a mark could not be written: retried after the next successful probe
+	notices   []error
+
+	failRecords, failBytes atomic.Uint64
+	degraded               atomic.Pointer[string]
+
+	// writeAt is (*os.File).WriteAt; tests inject errors.
+	writeAt func(f *os.File, p []byte, off int64) (int, error)
+	now     func() time.Time
 }
 
 // segment is what the spool knows of one segment file.
 type segment struct {
-	size  int64    // bytes of frames (on disk or buffered)
-	acked int64    // bytes of acknowledged frames
-	marks *os.File // its ack file, opened on the first acknowledgement
-	skip  []span   // frames acknowledged in an earlier run, sorted: the reader skips them
+	size  int64  // bytes of whole frames
+	acked int64  // bytes of frames known to be acknowledged
+	skip  []span // frames acknowledged in an earlier run (a legacy .ack file), sorted: the reader skips them
+
+	bits     []byte   // the ack map; nil: not loaded yet
+	mapf     *os.File // the ack map file, opened on the first mark
+	dlo, dhi int      // bits[dlo:dhi] is not written to the file yet
 }
 
 // span is a byte range of a segment.
@@ -87,21 +129,45 @@ type spoolLoc struct {
 	n        int64
 }
 
+// stageResult is what stage did with a message.
+type stageResult int
+
+const (
+	staged     stageResult = iota
+	noRoom                 // beyond the spool's bounds: refused, not a write failure
+	notWritten             // the disk refuses writes (full): refused, a write failure
+)
+
 const (
 	segSuffix     = ".seg"
-	ackSuffix     = ".ack"
+	ackSuffix     = ".ack"    // legacy: (offset, length) records
+	mapSuffix     = ".ackmap" // one bit per frameMin bytes of the segment
+	probeName     = ".probe"
 	firstSeq      = int64(1) << 40 // earlier versions prepended segments below it
 	maxFrameBytes = 16 << 20
 	ackRecordSize = 16
+	frameMin      = 8 + 1 + 2 // header, topic length, key length
+	probeBytes    = 64 << 10
+	probeInterval = 500 * time.Millisecond
 )
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
+var (
+	crcTable   = crc32.MakeTable(crc32.Castagnoli)
+	probeZeros [probeBytes]byte
+)
+
+// mapLen is the length of an ack map that covers frames starting before
+// size.
+func mapLen(size int64) int64 { return max(size-1, 0)/frameMin/8 + 1 }
 
 func openSpool(dir string, maxBytes, segBytes int64) (*spool, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("exporter: spool: %w", err)
 	}
-	s := &spool{dir: dir, maxBytes: maxBytes, segBytes: segBytes, seg: map[int64]*segment{}, wSeq: -1, rSeq: -1, nextSeq: firstSeq}
+	s := &spool{
+		dir: dir, maxBytes: maxBytes, segBytes: segBytes, seg: map[int64]*segment{}, wSeq: -1, rSeq: -1, nextSeq: firstSeq,
+		writeAt: (*os.File).WriteAt, now: time.Now,
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("exporter: spool: %w", err)
@@ -133,10 +199,16 @@ func openSpool(dir string, maxBytes, segBytes int64) (*spool, error) {
 		s.nextSeq = max(s.nextSeq, seq+1)
 	}
 	slices.Sort(s.segs)
-	// Ack files without their segment are leftovers of a removal cut short.
+	// Ack files without their segment are leftovers of a removal cut short,
+	// a probe file of a crash.
 	for _, e := range entries {
 		name := e.Name()
-		if seq, err := strconv.ParseInt(strings.TrimSuffix(name, ackSuffix), 10, 64); err == nil && strings.HasSuffix(name, ackSuffix) && s.seg[seq] == nil {
+		base, suffix := name, ""
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			base, suffix = name[:i], name[i:]
+		}
+		seq, err := strconv.ParseInt(base, 10, 64)
+		if name == probeName || (suffix == ackSuffix || suffix == mapSuffix) && err == nil && s.seg[seq] == nil {
 			_ = os.Remove(filepath.Join(dir, name))
 		}
 	}
@@ -189,99 +261,191 @@ func (s *spool) ackPath(seq int64) string {
 	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", seq, ackSuffix))
 }
 
+func (s *spool) mapPath(seq int64) string {
+	return filepath.Join(s.dir, fmt.Sprintf("%020d%s", seq, mapSuffix))
+}
+
 // empty reports whether every frame has been handed out.
 func (s *spool) empty() bool { return s.unread == 0 }
 
 func frameSize(m *qmsg) int64 { return int64(8 + 1 + len(m.topic) + 2 + len(m.key) + len(m.value)) }
 
 // append writes m at the tail for next to read back (m is not in memory).
-// It returns false when m does not fit.
-func (s *spool) append(m *qmsg) (bool, error) {
-	loc, ok, err := s.write(m)
-	if !ok {
-		return false, err
+// It returns false when m does not fit or was not written (counted as a
+// write failure).
+func (s *spool) append(m *qmsg) bool {
+	loc, r := s.stage(m)
+	if r == staged {
+		s.commit()
+		if s.takeBatch() == 1 {
+			if s.unread == 0 {
+				s.closeReader()
+				s.rSeq, s.rOff = loc.seq, loc.off
+			}
+			s.unread += loc.n
+			return true
+		}
+		r = notWritten
 	}
-	if s.unread == 0 {
-		s.closeReader()
-		s.rSeq, s.rOff = loc.seq, loc.off
+	s.takeBatch()
+	if r == notWritten {
+		s.noteFailure(frameSize(m))
 	}
-	s.unread += loc.n
-	return true, err
+	return false
 }
 
 // appendLoaded writes m, which stays in memory, at the tail: the queue
 // marks it when the broker acknowledges it. The spool must be empty (every
-// frame handed out), so that frames stay in arrival order.
-func (s *spool) appendLoaded(m *qmsg) (spoolLoc, bool, error) {
-	return s.write(m)
+// frame handed out), so that frames stay in arrival order. The queue
+// writes many at once with stage and commit.
+func (s *spool) appendLoaded(m *qmsg) (spoolLoc, bool) {
+	loc, r := s.stage(m)
+	if r == staged {
+		s.commit()
+	}
+	return loc, s.takeBatch() == 1
 }
 
-func (s *spool) write(m *qmsg) (spoolLoc, bool, error) {
+// stage adds m to the frames the next commit writes and returns where it
+// will be. The frames committed are a prefix of those staged (takeBatch
+// says how many).
+func (s *spool) stage(m *qmsg) (spoolLoc, stageResult) {
 	n := frameSize(m)
-	if s.total+n > s.maxBytes || len(m.topic) > 255 || len(m.key) > 65535 || n > maxFrameBytes {
-		return spoolLoc{}, false, nil
+	if s.total+int64(len(s.wbuf))+n > s.maxBytes || len(m.topic) > 255 || len(m.key) > 65535 || n > maxFrameBytes {
+		return spoolLoc{}, noRoom
 	}
-	if s.w == nil || s.wBytes+n > s.segBytes && s.wBytes > 0 {
+	if s.stop || !s.writable() {
+		return spoolLoc{}, notWritten
+	}
+	if end := s.wBytes + int64(len(s.wbuf)); s.w == nil || end+n > s.segBytes && end > 0 {
+		s.commitPending()
+		if s.stop {
+			return spoolLoc{}, notWritten
+		}
 		if err := s.rotate(); err != nil {
-			return spoolLoc{}, false, err
+			s.fail(err)
+			return spoolLoc{}, notWritten
 		}
 	}
-	if err := s.writeFrame(s.bw, m); err != nil {
-		return spoolLoc{}, false, fmt.Errorf("exporter: spool write: %w", err)
-	}
-	loc := spoolLoc{seq: s.wSeq, off: s.wBytes, n: n}
-	s.wBytes += n
-	s.seg[s.wSeq].size += n
-	s.total += n
-	s.dirty = true
-	return loc, true, nil
+	loc := spoolLoc{seq: s.wSeq, off: s.wBytes + int64(len(s.wbuf)), n: n}
+	s.wbuf = s.appendFrame(s.wbuf, m)
+	s.pend = append(s.pend, n)
+	return loc, staged
 }
 
-func (s *spool) writeFrame(w io.Writer, m *qmsg) error {
+// commit writes the staged frames.
+func (s *spool) commit() { s.commitPending() }
+
+// takeBatch returns how many frames were committed since it was last
+// called (the first ones staged), and lets stage try again.
+func (s *spool) takeBatch() int {
+	k := s.batchOK
+	s.batchOK, s.stop = 0, false
+	return k
+}
+
+// commitPending writes the staged frames to the write segment in one
+// write. After a short write the segment is cut back to its last whole
+// frame: the frames not written are refused (the caller counts them).
+func (s *spool) commitPending() {
+	if len(s.wbuf) == 0 {
+		return
+	}
+	n, err := s.writeAt(s.w, s.wbuf, s.wBytes)
+	if err == nil && n < len(s.wbuf) {
+		err = io.ErrShortWrite
+	}
+	var whole int64
+	k := 0
+	for k < len(s.pend) && whole+s.pend[k] <= int64(n) {
+		whole += s.pend[k]
+		k++
+	}
+	if err != nil {
+		if terr := s.w.Truncate(s.wBytes + whole); terr != nil {
+			// The torn frame stays at the tail: never append after it (the
+			// next run counts it as a damaged tail).
+			err = errors.Join(err, terr)
+			s.wbuf, s.pend = s.wbuf[:0], s.pend[:0]
+			s.seg[s.wSeq].size += whole
+			s.total += whole
+			s.batchOK += k
+			_ = s.closeWriter()
+			s.fail(fmt.Errorf("exporter: spool write: %w", err))
+			return
+		}
+	}
+	s.seg[s.wSeq].size += whole
+	s.wBytes += whole
+	s.total += whole
+	s.batchOK += k
+	s.wbuf, s.pend = s.wbuf[:0], s.pend[:0]
+	if err != nil {
+		s.fail(fmt.Errorf("exporter: spool write: %w", err))
+	}
+}
+
+// appendFrame appends m as a frame to b.
+func (s *spool) appendFrame(b []byte, m *qmsg) []byte {
 	plen := 1 + len(m.topic) + 2 + len(m.key) + len(m.value)
-	crc := crc32.Update(0, crcTable, []byte{byte(len(m.topic))})
-	crc = crc32.Update(crc, crcTable, []byte(m.topic))
-	var kl [2]byte
-	binary.BigEndian.PutUint16(kl[:], uint16(len(m.key)))
-	crc = crc32.Update(crc, crcTable, kl[:])
-	crc = crc32.Update(crc, crcTable, m.key)
-	crc = crc32.Update(crc, crcTable, m.value)
-	binary.BigEndian.PutUint32(s.hdr[0:4], uint32(plen))
-	binary.BigEndian.PutUint32(s.hdr[4:8], crc)
-	for _, b := range [][]byte{s.hdr[:], {byte(len(m.topic))}, []byte(m.topic), kl[:], m.key, m.value} {
-		if _, err := w.Write(b); err != nil {
-			return err
-		}
-	}
-	return nil
+	at := len(b)
+	b = binary.BigEndian.AppendUint32(b, uint32(plen))
+	b = append(b, 0, 0, 0, 0, byte(len(m.topic)))
+	b = append(b, m.topic...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(m.key)))
+	b = append(b, m.key...)
+	b = append(b, m.value...)
+	binary.BigEndian.PutUint32(b[at+4:], crc32.Checksum(b[at+8:], crcTable))
+	return b
 }
 
-// flush writes buffered frames to the file (the page cache).
-func (s *spool) flush() error {
-	if !s.dirty || s.bw == nil {
-		return nil
-	}
-	if err := s.bw.Flush(); err != nil {
-		return fmt.Errorf("exporter: spool write: %w", err)
-	}
-	s.dirty = false
-	return nil
+// writeFrame writes m as a frame to w.
+func (s *spool) writeFrame(w io.Writer, m *qmsg) error {
+	_, err := w.Write(s.appendFrame(nil, m))
+	return err
 }
 
-// rotate closes the write segment and starts a new one after the newest.
+// rotate closes the write segment and starts a new one after the newest,
+// with its ack map written in full.
 func (s *spool) rotate() error {
 	if err := s.closeWriter(); err != nil {
 		return err
 	}
 	seq := s.nextSeq
-	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o640)
+	s.nextSeq++
+	f, err := os.OpenFile(s.segPath(seq), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
 	if err != nil {
 		return fmt.Errorf("exporter: spool: %w", err)
 	}
-	s.nextSeq++
-	s.w, s.bw, s.wSeq, s.wBytes = f, bufio.NewWriterSize(f, 64<<10), seq, 0
+	if err := s.preallocMap(seq); err != nil {
+		_ = f.Close()
+		_ = os.Remove(s.segPath(seq))
+		_ = os.Remove(s.mapPath(seq))
+		return err
+	}
+	s.w, s.wSeq, s.wBytes = f, seq, 0
 	s.segs = append(s.segs, seq)
 	s.seg[seq] = &segment{}
+	return nil
+}
+
+// preallocMap writes the ack map of a new segment as zeros.
+func (s *spool) preallocMap(seq int64) error {
+	f, err := os.OpenFile(s.mapPath(seq), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return fmt.Errorf("exporter: spool: %w", err)
+	}
+	zeros := make([]byte, mapLen(s.segBytes))
+	n, err := s.writeAt(f, zeros, 0)
+	if err == nil && n < len(zeros) {
+		err = io.ErrShortWrite
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("exporter: spool ack map: %w", err)
+	}
 	return nil
 }
 
@@ -289,15 +453,123 @@ func (s *spool) closeWriter() error {
 	if s.w == nil {
 		return nil
 	}
-	err := s.bw.Flush()
-	if cerr := s.w.Close(); err == nil {
-		err = cerr
-	}
-	s.w, s.bw, s.wSeq, s.dirty = nil, nil, -1, false
+	s.commitPending()
+	err := s.w.Close()
+	s.w, s.wSeq = nil, -1
 	if err != nil {
 		return fmt.Errorf("exporter: spool: %w", err)
 	}
 	return nil
+}
+
+// writable reports whether stage may write: the disk is not full, or a
+// probe due now finds room again.
+func (s *spool) writable() bool {
+	if !s.full {
+		return true
+	}
+	now := s.now()
+	if now.Before(s.nextProbe) {
+		return false
+	}
+	if err := s.probe(); err != nil {
+		s.nextProbe = now.Add(probeInterval)
+		return false
+	}
+	s.recovered()
+	return true
+}
+
+// tick probes the disk when it is full and a probe is due, so that the
+// state ends when space returns even while nothing is written.
+func (s *spool) tick() { s.writable() }
+
+// retryNow lets the next write try at once (Close's last chance).
+func (s *spool) retryNow() { s.nextProbe = time.Time{} }
+
+// probe writes probeBytes to a file of its own and removes it.
+func (s *spool) probe() error {
+	p := filepath.Join(s.dir, probeName)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o640)
+	if err != nil {
+		return err
+	}
+	n, err := s.writeAt(f, probeZeros[:], 0)
+	if err == nil && n < probeBytes {
+		err = io.ErrShortWrite
+	}
+	_ = f.Close()
+	_ = os.Remove(p)
+	return err
+}
+
+// fail starts an episode of failing writes, or continues it.
+func (s *spool) fail(err error) {
+	s.stop = true
+	now := s.now()
+	s.nextProbe = now.Add(probeInterval)
+	if s.full {
+		return
+	}
+	s.full, s.fullSince, s.epRecords, s.epBytes = true, now, 0, 0
+	reason := err.Error()
+	s.degraded.Store(&reason)
+	s.notices = append(s.notices, fmt.Errorf("%w; records are kept in memory only (a kill loses them) and what memory cannot hold is dropped, until a write succeeds again (tried every %v)", err, probeInterval))
+}
+
+// recovered ends the episode: writes succeed again.
+func (s *spool) recovered() {
+	s.full = false
+	s.degraded.Store(nil)
+	s.notices = append(s.notices, fmt.Errorf("exporter: spool: writing again after %v; %d records (%d bytes) could not be written meanwhile",
+		s.now().Sub(s.fullSince).Round(time.Millisecond), s.epRecords, s.epBytes))
+	if s.marksLate {
+		s.marksLate = false
+		for seq, sg := range s.seg {
+			if err := s.writeMap(seq, sg); err != nil {
+				s.marksFailed(err)
+				return
+			}
+		}
+	}
+}
+
+// noteFailure counts a record of n bytes that could not be written.
+func (s *spool) noteFailure(n int64) {
+	s.failRecords.Add(1)
+	s.failBytes.Add(uint64(n))
+	s.epRecords++
+	s.epBytes += uint64(n)
+}
+
+// marksFailed notes acknowledgements that are in memory only.
+func (s *spool) marksFailed(err error) {
+	s.marksLate = true
+	stop := s.stop
+	s.fail(fmt.Errorf("exporter: spool ack map: %w", err))
+	s.stop = stop
+}
+
+// takeNotices returns and clears the start and end of disk-full episodes.
+func (s *spool) takeNotices() error {
+	err := errors.Join(s.notices...)
+	s.notices = s.notices[:0]
+	return err
+}
+
+// Degraded reports whether the spool cannot write (the disk is full), and
+// why. Safe for concurrent use.
+func (s *spool) Degraded() (reason string, ok bool) {
+	if p := s.degraded.Load(); p != nil {
+		return *p, true
+	}
+	return "", false
+}
+
+// WriteFailures reports the records (and their bytes) that the spool
+// could not write, each counted once. Safe for concurrent use.
+func (s *spool) WriteFailures() (records, bytes uint64) {
+	return s.failRecords.Load(), s.failBytes.Load()
 }
 
 // next reads the oldest frame not handed out, skipping frames acknowledged
@@ -339,22 +611,29 @@ func (s *spool) next() (m qmsg, ok bool, err error) {
 			s.rSeq, s.rOff = s.segs[i], 0
 			continue
 		}
-		if s.rSeq == s.wSeq {
-			if err := s.flush(); err != nil {
-				return m, false, err
-			}
-		}
 		if s.r == nil {
 			if err := s.openReader(); err != nil {
 				return m, false, err
 			}
 		}
+		if err := s.loadBits(s.rSeq, sg); err != nil {
+			return m, false, err
+		}
 		off := s.rOff
 		m, n, rerr := s.readFrame()
 		if rerr == nil {
-			m.loc = spoolLoc{seq: s.rSeq, off: off, n: n}
 			s.rOff += n
 			s.unread -= n
+			if sg.marked(off) {
+				// Acknowledged in an earlier run.
+				sg.acked += n
+				if err := s.dropIfDone(s.rSeq); err != nil {
+					return qmsg{}, false, err
+				}
+				m = qmsg{}
+				continue
+			}
+			m.loc = spoolLoc{seq: s.rSeq, off: off, n: n}
 			return m, true, nil
 		}
 		// A damaged or torn frame: the rest of this segment is lost.
@@ -433,9 +712,72 @@ func (s *spool) readFrame() (qmsg, int64, error) {
 	return m, int64(8 + plen), nil
 }
 
+// loadBits reads segment seq's ack map, once.
+func (s *spool) loadBits(seq int64, sg *segment) error {
+	if sg.bits != nil {
+		return nil
+	}
+	b, err := os.ReadFile(s.mapPath(seq))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("exporter: spool: %w", err)
+	}
+	if need := int(mapLen(max(sg.size, s.segBytes))); len(b) < need {
+		b = append(b, make([]byte, need-len(b))...)
+	}
+	sg.bits = b
+	return nil
+}
+
+// marked reports whether the frame at off is marked acknowledged.
+func (sg *segment) marked(off int64) bool {
+	i := off / frameMin
+	return i/8 < int64(len(sg.bits)) && sg.bits[i/8]&(1<<(i%8)) != 0
+}
+
+// mark marks the frame at off acknowledged (in memory).
+func (sg *segment) mark(off int64) {
+	i := off / frameMin
+	b := int(i / 8)
+	if b >= len(sg.bits) {
+		sg.bits = append(sg.bits, make([]byte, b+1-len(sg.bits))...)
+	}
+	sg.bits[b] |= 1 << (i % 8)
+	if sg.dhi == 0 {
+		sg.dlo, sg.dhi = b, b+1
+	} else {
+		sg.dlo, sg.dhi = min(sg.dlo, b), max(sg.dhi, b+1)
+	}
+}
+
+// writeMap writes the marks of sg not yet in its ack map file.
+func (s *spool) writeMap(seq int64, sg *segment) error {
+	if sg.dhi == 0 {
+		return nil
+	}
+	if sg.mapf == nil {
+		f, err := os.OpenFile(s.mapPath(seq), os.O_CREATE|os.O_WRONLY, 0o640)
+		if err != nil {
+			return err
+		}
+		sg.mapf = f
+	}
+	n, err := s.writeAt(sg.mapf, sg.bits[sg.dlo:sg.dhi], int64(sg.dlo))
+	if err == nil && n < sg.dhi-sg.dlo {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		return err
+	}
+	sg.dlo, sg.dhi = 0, 0
+	return nil
+}
+
 // markAcked records that the frames at locs (in spool order) were
-// acknowledged, one ack record per run of adjacent frames, and removes the
-// segments that are then fully acknowledged.
+// acknowledged, in memory and in their segments' ack maps, and removes the
+// segments that are then fully acknowledged. A map that cannot be written
+// (it is preallocated, so only an I/O error or a copy-on-write file
+// system) keeps the marks in memory and starts a disk episode; they are
+// written when it ends.
 func (s *spool) markAcked(locs []spoolLoc) error {
 	var errs []error
 	for len(locs) > 0 {
@@ -450,36 +792,25 @@ func (s *spool) markAcked(locs []spoolLoc) error {
 		if sg == nil {
 			continue
 		}
-		s.ackBuf = s.ackBuf[:0]
-		start, end := run[0].off, run[0].off+run[0].n
-		for _, l := range run[1:] {
-			if l.off != end {
-				s.ackBuf = appendAck(s.ackBuf, start, end-start)
-				start = l.off
-			}
-			end = l.off + l.n
-		}
-		s.ackBuf = appendAck(s.ackBuf, start, end-start)
 		for _, l := range run {
 			sg.acked += l.n
 		}
 		if sg.acked >= sg.size {
-			// Fully acknowledged: removed below, no need to mark.
+			// Fully acknowledged: removed, no need to mark.
 			if err := s.dropIfDone(seq); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		if sg.marks == nil {
-			f, err := os.OpenFile(s.ackPath(seq), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o640)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
-				continue
-			}
-			sg.marks = f
+		if err := s.loadBits(seq, sg); err != nil {
+			errs = append(errs, err)
+			continue
 		}
-		if _, err := sg.marks.Write(s.ackBuf); err != nil {
-			errs = append(errs, fmt.Errorf("exporter: spool ack: %w", err))
+		for _, l := range run {
+			sg.mark(l.off)
+		}
+		if err := s.writeMap(seq, sg); err != nil {
+			s.marksFailed(err)
 		}
 	}
 	return errors.Join(errs...)
@@ -511,8 +842,8 @@ func (s *spool) dropIfDone(seq int64) error {
 		s.unread -= sg.size
 	}
 	s.unread = max(s.unread, 0)
-	if sg.marks != nil {
-		_ = sg.marks.Close()
+	if sg.mapf != nil {
+		_ = sg.mapf.Close()
 	}
 	s.total -= sg.size
 	delete(s.seg, seq)
@@ -520,7 +851,7 @@ func (s *spool) dropIfDone(seq int64) error {
 		s.segs = slices.Delete(s.segs, i, i+1)
 	}
 	var errs []error
-	for _, p := range []string{s.segPath(seq), s.ackPath(seq)} {
+	for _, p := range []string{s.segPath(seq), s.ackPath(seq), s.mapPath(seq)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
 		}
@@ -528,14 +859,11 @@ func (s *spool) dropIfDone(seq int64) error {
 	return errors.Join(errs...)
 }
 
-// close flushes and syncs what was written and closes the files. The
-// segments stay for the next run.
+// close syncs what was written and closes the files. The segments stay
+// for the next run.
 func (s *spool) close() error {
 	var errs []error
 	if s.w != nil {
-		if err := s.bw.Flush(); err != nil {
-			errs = append(errs, fmt.Errorf("exporter: spool write: %w", err))
-		}
 		if err := s.w.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
 		}
@@ -544,14 +872,44 @@ func (s *spool) close() error {
 		errs = append(errs, err)
 	}
 	s.closeReader()
-	for _, sg := range s.seg {
-		if sg.marks != nil {
-			if err := sg.marks.Sync(); err != nil {
+	for seq, sg := range s.seg {
+		if err := s.writeMap(seq, sg); err != nil {
+			errs = append(errs, fmt.Errorf("exporter: spool ack map: %w", err))
+		}
+		if sg.mapf != nil {
+			if err := sg.mapf.Sync(); err != nil {
 				errs = append(errs, fmt.Errorf("exporter: spool: %w", err))
 			}
-			_ = sg.marks.Close()
-			sg.marks = nil
+			_ = sg.mapf.Close()
+			sg.mapf = nil
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// spoolUnwrittenDesc describes pqwatch_kafka_spool_unwritten_total, part
+// of the Kafka sink's Collector.
+func spoolUnwrittenDesc() *prometheus.Desc {
+	return prometheus.NewDesc(namespace+"_kafka_spool_unwritten_total",
+		"Records the Kafka disk spool could not write (its disk full or failing), each counted once: written ahead, they stayed in memory only (a kill loses them); overflow, they were dropped (also counted as dropped). 0 without a spool. Only with a Kafka feed.",
+		nil, nil)
+}
+
+// SpoolDegraded reports whether the Kafka sink's disk spool cannot write
+// (its disk is full), and why; false without a spool. For health.
+func (k *Kafka) SpoolDegraded() (reason string, ok bool) {
+	if k.q.spool == nil {
+		return "", false
+	}
+	return k.q.spool.Degraded()
+}
+
+// SpoolWriteFailures reports the records (and bytes) the Kafka sink's
+// spool could not write: written ahead ones stayed in memory only,
+// overflow ones were dropped (and counted as dropped too).
+func (k *Kafka) SpoolWriteFailures() (records, bytes uint64) {
+	if k.q.spool == nil {
+		return 0, 0
+	}
+	return k.q.spool.WriteFailures()
 }
