@@ -45,6 +45,9 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 		a.logMu.Unlock()
 		run(path, func(line []byte, _ time.Time) {
 			l, res, why := lr.ReadWhy(line)
+			if res == logjoin.LineSkipped {
+				return // a container log's partial or stderr line: no access-log line
+			}
 			m.add(line, res, why)
 			f.add(line, res, why)
 			a.accessLine(src, l, res)

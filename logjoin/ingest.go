@@ -18,6 +18,14 @@ const (
 	LineOK        LineResult = iota // parsed and joinable
 	LineMalformed                   // does not parse in the log's format
 	LineUnusable                    // parsed, but has no client address or time to join by
+	// LineSkipped: not an access-log line, nothing to count or join. A
+	// container log's partial (held until the fragment that ends it, which
+	// returns the whole line), an empty container line, or a line of the
+	// container's stderr stream: nginx's image sends its error log there,
+	// into the same file as the access log on stdout, so those lines are no
+	// failed access-log lines (they would make a normal nginx container log
+	// "match badly"); they are counted in UnwrapStats().Stderr instead.
+	LineSkipped
 )
 
 // LineReader turns the lines of one access log into join Lines. The live
@@ -28,6 +36,7 @@ type LineReader struct {
 	format *logparse.Format
 	nl     logparse.NginxLine
 	cl     logparse.CaddyLine
+	uw     logparse.Unwrapper // container log lines (CRI, Docker json-file)
 }
 
 // NewNginxReader reads an nginx access log written in format f (nil:
@@ -54,8 +63,19 @@ func (lr *LineReader) Read(b []byte) (Line, LineResult) {
 // ErrNoJoinKey: the line parsed but has no client address or time.
 var ErrNoJoinKey = errors.New("logjoin: no client address or time to join by")
 
-// ReadWhy parses one line and says why it failed.
-func (lr *LineReader) ReadWhy(b []byte) (Line, LineResult, error) {
+// ReadWhy parses one line and says why it failed. The lines of a container
+// log are unwrapped first (logparse.Unwrapper, detected from the lines): a
+// line that is not in the log's wrapping, or a line joined from partials
+// past the bound, is LineMalformed; a partial, an empty container line or a
+// stderr line is LineSkipped.
+func (lr *LineReader) ReadWhy(raw []byte) (Line, LineResult, error) {
+	b, stream, complete, err := lr.uw.Unwrap(raw)
+	if err != nil {
+		return Line{}, LineMalformed, err
+	}
+	if !complete || stream == logparse.StreamStderr || stream != logparse.StreamNone && len(b) == 0 {
+		return Line{}, LineSkipped, nil
+	}
 	var l Line
 	var ok bool
 	if lr.source == SourceCaddy {
@@ -74,6 +94,19 @@ func (lr *LineReader) ReadWhy(b []byte) (Line, LineResult, error) {
 	}
 	return l, LineOK, nil
 }
+
+// Wrapping is the container log format the lines were found in
+// (logparse.WrapUndecided until a line decides it).
+func (lr *LineReader) Wrapping() logparse.Wrapping { return lr.uw.Wrapping() }
+
+// UnwrapStats counts the container log lines read: stderr lines skipped,
+// partials joined, malformed and over-long lines.
+func (lr *LineReader) UnwrapStats() logparse.UnwrapStats { return lr.uw.Stats() }
+
+// RuntimeTime is the time the container runtime stamped on the last complete
+// line (when it received it); false for a plain log. The join uses the
+// access log's own fields, never this.
+func (lr *LineReader) RuntimeTime() (time.Time, bool) { return lr.uw.Time() }
 
 // FormatName is the name of the nginx format the reader parses with ("" for
 // Caddy).
@@ -110,8 +143,14 @@ type LogFile struct {
 	Source string // SourceNginx or SourceCaddy
 	Format string // the nginx log_format name it was read with
 	How    string // how that format was chosen
-	Lines  int    // non-empty lines
+	Lines  int    // non-empty access-log lines (a container log's: complete stdout lines)
 	Good   int    // lines that parsed and can be joined
+	// Wrapping is the container log format the lines were in: "cri",
+	// "docker-json", or "" for the server's own lines.
+	Wrapping string
+	// Stderr counts a container log's stderr lines, skipped: not access-log
+	// lines (nginx's error log when both go to the container's output).
+	Stderr int
 	// The first line that did not (1-based), and why.
 	FirstBad     int
 	FirstBadText string
@@ -174,9 +213,12 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 			if len(b) == 0 {
 				return
 			}
+			l, r, why := lr.ReadWhy(b)
+			if r == LineSkipped {
+				return
+			}
 			lf.Lines++
 			res.Lines[lr.source]++
-			l, r, why := lr.ReadWhy(b)
 			if r != LineOK {
 				res.Malformed[lr.source]++
 				if lf.FirstBad == 0 {
@@ -190,6 +232,10 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 		if err != nil {
 			res.ReadErrors = append(res.ReadErrors, fmt.Errorf("%s: %w", path, err))
 		}
+		if w := lr.Wrapping(); w == logparse.WrapCRI || w == logparse.WrapDocker {
+			lf.Wrapping = w.String()
+		}
+		lf.Stderr = int(lr.UnwrapStats().Stderr)
 		res.Logs = append(res.Logs, lf)
 	}
 	for _, l := range f.Nginx {
