@@ -169,6 +169,7 @@ type Agent struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *exporter.Metrics
+	health  *exporter.Health // writers' degraded states: /healthz, /readyz, pqwatch_sink_degraded
 	capt    *capture.Capture
 	workers []*worker
 	procs   *proctrack.Tracker
@@ -179,6 +180,8 @@ type Agent struct {
 
 	logMu    sync.Mutex
 	logFiles []*logFile // the access logs tailed, for LogResult
+
+	stateFailing atomic.Int32 // tailers whose last offset save failed
 
 	memReturn memReturn // when returnMemory gives memory back
 
@@ -221,6 +224,8 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.Forecast != nil {
 		policy = *cfg.Forecast
 	}
+	a.health = &exporter.Health{}
+	a.reg.MustRegister(a.health)
 	a.metrics = exporter.NewMetrics(a.reg, exporter.WithParseErrorReasons(parseReasons()...), exporter.WithBuildInfo(cfg.Version, revision()), exporter.WithPorts(cfg.Ports))
 	n := cfg.Workers
 	if n <= 0 {
@@ -272,6 +277,7 @@ func New(cfg Config) (a *Agent, err error) {
 		if jo.FlushAfter <= 0 {
 			jo.FlushAfter = DefaultJSONLFlush
 		}
+		jo.Health, jo.Logger = a.health.Sink("jsonl"), a.log
 		pc.Sinks = append(pc.Sinks, exporter.NewJSONLWith(cfg.JSONL, jo))
 	}
 	if cfg.Kafka != nil {
@@ -431,6 +437,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	tailCtx, stopTails := context.WithCancel(context.Background())
 	var tails sync.WaitGroup
+	a.prepareStateDir()
 	a.startTails(tailCtx, &tails)
 
 	// Housekeeping, once a second: the process probe or scan, then flow
@@ -682,7 +689,7 @@ func (a *Agent) startHTTP() (httpServers, error) {
 		}
 	}
 	if ln != nil {
-		srv, err := exporter.StartServer(exporter.ServerConfig{Listener: ln, Handler: exporter.Handler(a.reg),
+		srv, err := exporter.StartServer(exporter.ServerConfig{Listener: ln, Handler: exporter.Handler(a.reg, a.health),
 			WebConfigFile: a.cfg.WebConfigFile, MaxConns: a.cfg.MaxHTTPConns, Logger: a.log})
 		if err != nil {
 			ln.Close()

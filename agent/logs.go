@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -18,10 +19,51 @@ func (a *Agent) tailOpts(path string) logparse.TailOptions {
 	o := logparse.TailOptions{Counters: &a.lines, Logger: a.log, SymlinkDirs: a.cfg.SymlinkDirs}
 	if a.cfg.StateDir != "" {
 		o.OffsetFile = logparse.OffsetFileFor(a.cfg.StateDir, path)
+		o.OnSave = a.stateDirSaves()
 	} else {
 		o.StartAtEnd = true
 	}
 	return o
+}
+
+// stateDirSaves returns one tailer's OnSave: the state directory is
+// degraded while any tailer's last save failed, and each failed save is
+// counted lost.
+func (a *Agent) stateDirSaves() func(error) {
+	sh := a.health.Sink("state_dir")
+	failing := false
+	return func(err error) {
+		switch {
+		case err != nil && !failing:
+			failing = true
+			if a.stateFailing.Add(1) == 1 {
+				sh.Fail(err.Error())
+			}
+		case err == nil && failing:
+			failing = false
+			if a.stateFailing.Add(-1) == 0 {
+				sh.OK()
+			}
+		}
+		if err != nil {
+			sh.Lost(1, 0)
+		}
+	}
+}
+
+// prepareStateDir creates -state-dir (0700) when it is missing. When it
+// cannot, offsets are not saved: each log is read from its end at start,
+// as without the flag, and the state directory reports degraded.
+func (a *Agent) prepareStateDir() {
+	if a.cfg.StateDir == "" {
+		return
+	}
+	a.health.Sink("state_dir") // its series from the start
+	if err := os.MkdirAll(a.cfg.StateDir, 0o700); err != nil {
+		a.log.Warn("-state-dir cannot be created: log offsets are not saved, and each log is read from its end at every start; give a writable directory", "dir", a.cfg.StateDir, "err", err)
+		a.health.Sink("state_dir").Fail(err.Error())
+		a.cfg.StateDir = ""
+	}
 }
 
 // startTails follows every configured log until ctx ends.

@@ -155,34 +155,83 @@ func TestJSONLConcurrent(t *testing.T) {
 	}
 }
 
-type failWriter struct{ n int }
+// TestJSONLWriteError: a writer that fails (after taking part of a line)
+// puts the output in a failing state: Write never fails, lines that fit
+// wait, the rest are counted; the line cut in two is finished first when
+// the writer works again, and the probe writes what waits without a new
+// record. Every record is either written whole or counted.
+func TestJSONLWriteError(t *testing.T) {
+	fw := &roomWriter{room: 1500}
+	var h Health
+	sh := h.Sink("jsonl")
+	j := NewJSONLWith(fw, JSONLOptions{EachLine: true, Health: sh})
+	const n = 400
+	for range n {
+		if err := j.Write(sampleRecord()); err != nil {
+			t.Fatalf("Write failed: %v", err)
+		}
+	}
+	if r, ok := sh.Failing(); !ok || !strings.Contains(r, "disk full") {
+		t.Fatalf("not failing: %q %v", r, ok)
+	}
+	if d := h.Degraded(); len(d) != 1 || !strings.HasPrefix(d[0], "jsonl: ") {
+		t.Errorf("Degraded() = %q", d)
+	}
+	fw.setRoom(1 << 30)
+	deadline := time.Now().Add(3 * time.Second)
+	for _, ok := sh.Failing(); ok && time.Now().Before(deadline); _, ok = sh.Failing() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, ok := sh.Failing(); ok {
+		t.Fatal("the output did not resume by itself")
+	}
+	if err := j.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	out := fw.bytes()
+	if len(out) == 0 || out[len(out)-1] != '\n' {
+		t.Fatalf("output ends in a partial line")
+	}
+	got := 0
+	for l := range bytes.SplitSeq(bytes.TrimSuffix(out, []byte("\n")), []byte("\n")) {
+		if !json.Valid(l) {
+			t.Fatalf("line %d is not whole JSON: %.80q", got+1, l)
+		}
+		got++
+	}
+	lost, lostBytes := sh.LostTotals()
+	if got+int(lost) != n || lost == 0 || lostBytes == 0 {
+		t.Errorf("%d written + %d counted lost (%d bytes) != %d records", got, lost, lostBytes, n)
+	}
+}
+
+// roomWriter takes room bytes, then writes part of a buffer and fails.
+type roomWriter struct {
+	mu   sync.Mutex
+	room int
+	b    bytes.Buffer
+}
 
 var errDisk = errors.New("disk full")
 
-func (f *failWriter) Write(p []byte) (int, error) {
-	if f.n -= len(p); f.n < 0 {
-		return 0, errDisk
+func (w *roomWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(p) <= w.room {
+		w.room -= len(p)
+		return w.b.Write(p)
 	}
-	return len(p), nil
+	n := w.room
+	w.b.Write(p[:n])
+	w.room = 0
+	return n, errDisk
 }
 
-func TestJSONLWriteError(t *testing.T) {
-	j := NewJSONL(&failWriter{n: 10})
-	var err error
-	for range 200 {
-		if err = j.Write(sampleRecord()); err != nil {
-			break
-		}
-	}
-	if err == nil {
-		err = j.Flush()
-	}
-	if !errors.Is(err, errDisk) {
-		t.Fatalf("err = %v, want %v", err, errDisk)
-	}
-	if err2 := j.Write(sampleRecord()); !errors.Is(err2, errDisk) {
-		t.Errorf("error not sticky: %v", err2)
-	}
+func (w *roomWriter) setRoom(n int) { w.mu.Lock(); w.room = n; w.mu.Unlock() }
+func (w *roomWriter) bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bytes.Clone(w.b.Bytes())
 }
 
 func TestJSONLWriteAllocs(t *testing.T) {

@@ -382,7 +382,7 @@ pqwatch_capture_packets_total{iface="any"} 5
 // scrape serves reg through Handler and returns the /metrics body.
 func scrape(t *testing.T, reg *prometheus.Registry) []byte {
 	t.Helper()
-	srv := httptest.NewServer(Handler(reg))
+	srv := httptest.NewServer(Handler(reg, nil))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/healthz")
 	if err != nil {

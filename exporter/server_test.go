@@ -27,7 +27,7 @@ func startTestServer(t *testing.T, cfg ServerConfig) (*Server, string) {
 	}
 	reg := prometheus.NewRegistry()
 	NewMetrics(reg)
-	cfg.Listener, cfg.Handler = ln, Handler(reg)
+	cfg.Listener, cfg.Handler = ln, Handler(reg, nil)
 	s, err := StartServer(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,9 @@ type TailOptions struct {
 	// to that directory, so a log path cannot be pointed at a file pqwatch
 	// should not read (OpenLog has the exact rule).
 	SymlinkDirs []string
+	// OnSave, when set, is told of every offset-file save: nil when it was
+	// written, else why not.
+	OnSave func(err error)
 	// Counters receives too_long counts; may be nil.
 	Counters *LineCounters
 	// Logger for rotation events; nil discards.
@@ -54,12 +57,13 @@ type TailOptions struct {
 
 // TailStats counts the tailer's file events.
 type TailStats struct {
-	Lines       uint64 // lines delivered
-	Refused     uint64 // opens refused: not a regular file, or a symbolic link not allowed
-	TooLong     uint64 // lines skipped for exceeding MaxLineBytes
-	Rotations   uint64 // rename-and-create rotations followed
-	Truncations uint64 // copytruncate (or other shrink/replace in place) seen
-	Gaps        uint64 // rotations whose unread rest could not be found: lines may be lost
+	Lines        uint64 // lines delivered
+	Refused      uint64 // opens refused: not a regular file, or a symbolic link not allowed
+	TooLong      uint64 // lines skipped for exceeding MaxLineBytes
+	Rotations    uint64 // rename-and-create rotations followed
+	Truncations  uint64 // copytruncate (or other shrink/replace in place) seen
+	Gaps         uint64 // rotations whose unread rest could not be found: lines may be lost
+	SaveFailures uint64 // offset-file saves that failed
 }
 
 // ErrOffsetFile reports an unreadable offset file.
@@ -93,7 +97,8 @@ type Tailer struct {
 	cur      *tfile
 	draining []*tfile
 	finished []uint64 // recently finished inodes (ring)
-	stats    struct{ lines, tooLong, rotations, truncations, gaps, refused atomic.Uint64 }
+	stats    struct{ lines, tooLong, rotations, truncations, gaps, refused, saveFailures atomic.Uint64 }
+	saveErr  error  // the last offset save's
 	refusal  string // the last refusal logged, so each is said once
 
 	mu        sync.Mutex
@@ -151,6 +156,7 @@ func (t *Tailer) Stats() TailStats {
 	return TailStats{
 		Lines: t.stats.lines.Load(), TooLong: t.stats.tooLong.Load(), Rotations: t.stats.rotations.Load(),
 		Truncations: t.stats.truncations.Load(), Gaps: t.stats.gaps.Load(), Refused: t.stats.refused.Load(),
+		SaveFailures: t.stats.saveFailures.Load(),
 	}
 }
 
@@ -168,9 +174,7 @@ func (t *Tailer) Run(ctx context.Context, fn func(line []byte, ts time.Time)) er
 	for {
 		t.poll(ctx, fn)
 		if time.Since(t.lastSave) >= t.opts.SaveInterval && t.saveDirty {
-			if err := t.save(); err != nil {
-				t.log.Warn("tail: saving offset", "err", err)
-			}
+			t.saved(t.save())
 		}
 		select {
 		case <-ctx.Done():
@@ -178,6 +182,26 @@ func (t *Tailer) Run(ctx context.Context, fn func(line []byte, ts time.Time)) er
 		case <-tick.C:
 		}
 	}
+}
+
+// saved follows the offset file's saves: a failure (a full or read-only
+// state directory) is logged when it begins and when it ends, not at every
+// try (one a SaveInterval while the offset changes), and reported to
+// OnSave.
+func (t *Tailer) saved(err error) {
+	if t.opts.OnSave != nil {
+		t.opts.OnSave(err)
+	}
+	switch {
+	case err != nil && t.saveErr == nil:
+		t.log.Warn("tail: the read offset cannot be saved: a restart now reads this log again from the last offset saved; tried again every second", "path", t.path, "err", err)
+	case err == nil && t.saveErr != nil:
+		t.log.Info("tail: the read offset is saved again", "path", t.path, "failed_saves", t.stats.saveFailures.Load())
+	}
+	if err != nil {
+		t.stats.saveFailures.Add(1)
+	}
+	t.saveErr = err
 }
 
 func (t *Tailer) closeAll() {

@@ -142,6 +142,37 @@ func TestRunUnderDaemonSetCapabilities(t *testing.T) {
 		})
 	}
 
+	// The ConfigMap's defaults on a node with neither nginx nor Caddy: the
+	// logs and nginx.conf do not exist (hostPath DirectoryOrCreate makes
+	// empty directories), and nothing creates -state-dir.
+	t.Run("configmap defaults, no nginx", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, d := range []string{"nginx", "caddy", "etc-nginx", "spool"} {
+			os.Mkdir(filepath.Join(dir, d), 0o755)
+		}
+		state := filepath.Join(dir, "spool", "state")
+		var stderr testenv.Buffer
+		cmd := capsRun(t, p.S, daemonSetCaps, &stderr, "-iface", "any", "-ports", fmt.Sprint(port), "-metrics-addr", "",
+			"-nginx-log", filepath.Join(dir, "nginx", "access.log"), "-nginx-conf", filepath.Join(dir, "etc-nginx", "nginx.conf"),
+			"-caddy-log", filepath.Join(dir, "caddy", "access.log"), "-nginx-error-log", filepath.Join(dir, "nginx", "error.log"),
+			"-state-dir", state)
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			t.Fatalf("the agent exited (%v):\n%s", err, stderr.String())
+		case <-time.After(3 * time.Second):
+		}
+		if st, err := os.Stat(state); err != nil || !st.IsDir() {
+			t.Errorf("-state-dir %s not created: %v", state, err)
+		}
+		if !strings.Contains(stderr.String(), "-nginx-conf does not exist") {
+			t.Errorf("no word of the missing nginx.conf:\n%s", stderr.String())
+		}
+		cmd.Process.Signal(syscall.SIGINT)
+		<-exited
+	})
+
 	t.Run("without NET_RAW", func(t *testing.T) {
 		var stderr testenv.Buffer
 		cmd := capsRun(t, p.S, []string{"sys_ptrace"}, &stderr, "-iface", "any", "-metrics-addr", "")

@@ -971,6 +971,10 @@ func agentMetrics(t *testing.T) (map[string][]string, map[string]string) {
 		_ = k.Close(ctx)
 	})
 	d.MustRegister(k.Collector())
+	// The writers' health (with -o and -state-dir).
+	h := &exporter.Health{}
+	h.Sink("jsonl")
+	d.MustRegister(h)
 	// With -expect-policy (cmd/pqwatch/policy.go).
 	exporter.NewPolicyMetrics(d, []uint16{443})
 	return d.labels, gatheredTypes(t, d.reg)
@@ -1082,7 +1086,7 @@ func TestDocMetrics(t *testing.T) {
 		}
 	}
 	for name := range labels {
-		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && present[name] != "with an access log" && present[name] != "with `-expect-policy`" && (a.Processes() != nil || present[name] != "tracking") {
+		if _, ok := got[name]; !ok && present[name] != "per generation" && present[name] != "with Kafka" && present[name] != "with an access log" && present[name] != "with a file writer" && present[name] != "with `-expect-policy`" && (a.Processes() != nil || present[name] != "tracking") {
 			t.Errorf("docs/contract.md says %s is there %s; the agent's registry has no %s", name, present[name], name)
 		}
 	}

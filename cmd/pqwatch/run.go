@@ -4,7 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"errors"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"os"
 	"runtime"
@@ -111,6 +113,15 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	}
 	cfg.Ports = ports
 	if len(rf.nginxLogs)+len(rf.nginxLogsAs) > 0 {
+		// A DaemonSet runs one configuration on every node: a node without
+		// nginx has no nginx.conf, and its nginx logs never appear. The
+		// agent runs on (analyze stops: its files are all there).
+		if rf.nginxConf != "" {
+			if _, err := os.Stat(rf.nginxConf); errors.Is(err, iofs.ErrNotExist) {
+				logger.Warn("-nginx-conf does not exist: nginx logs are read in the formats their lines parse in (combined and the built-in ones), not the conf's", "path", rf.nginxConf)
+				rf.nginxConf = ""
+			}
+		}
 		if cfg.NginxLogs, err = nginxLogs(&rf.commonFlags, true); err != nil {
 			return cfg, nil, err
 		}
@@ -132,11 +143,12 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	}
 	cfg.Node = nodeName(rf.node, os.Getenv)
 	if rf.format == "jsonl" {
-		out, c, err := openOut(rf.out, stdout)
+		out, c, err := openAppend(rf.out, stdout)
 		if err != nil {
 			return cfg, nil, err
 		}
 		cfg.JSONL, closeOut = out, c
+		cfg.JSONLOptions.Name = rf.out
 		cfg.JSONLOptions.EachLine = rf.lineBuf || isPipe(out)
 	}
 	return cfg, closeOut, nil
@@ -275,4 +287,17 @@ func isPipe(w io.Writer) bool {
 		rc.Control(func(fd uintptr) { tty = term.IsTerminal(int(fd)) })
 	}
 	return tty
+}
+
+// openAppend opens the agent's -o: a restarted agent (a DaemonSet's pod, a
+// service after a crash) appends to what the last one wrote.
+func openAppend(path string, stdout io.Writer) (io.Writer, func() error, error) {
+	if path == "" || path == "-" {
+		return stdout, func() error { return nil }, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Close, nil
 }
