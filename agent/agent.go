@@ -293,6 +293,9 @@ func New(cfg Config) (a *Agent, err error) {
 			return nil, fmt.Errorf("agent: %w", err)
 		}
 		a.reg.MustRegister(k.Collector())
+		if kc.SpoolDir != "" {
+			a.health.Watch("kafka_spool", k.SpoolDegraded)
+		}
 		pc.Sinks = append(pc.Sinks, k)
 	}
 	pc.Sinks = append(pc.Sinks, cfg.Sinks...)

@@ -158,7 +158,11 @@ func (m *matchCheck) add(line []byte, res logjoin.LineResult, why error) {
 	if res == logjoin.LineOK {
 		m.good++
 	} else if m.firstErr == nil {
-		m.firstBad, m.firstErr = string(line[:min(len(line), 200)]), why
+		m.firstBad, m.firstErr = logparse.DescribeLine(line), why
+		// The line itself only at debug level: a log path may lead to a
+		// file that is not a log, and pqwatch's own log is read by whoever
+		// may read the pod's logs.
+		m.log.Debug("access log line that cannot be joined", "path", m.path, "line", string(line[:min(len(line), 200)]), "reason", why)
 	}
 	if m.n == matchSample {
 		m.judge()
@@ -175,7 +179,8 @@ func (m *matchCheck) judge() {
 		}
 		m.log.Warn("access log matches badly: its handshakes will not be joined", "path", m.path, "source", m.lr.Source(),
 			"format", m.lr.FormatName(), "format_from", m.how, "joinable", m.good, "of", m.n,
-			"first_failing_line", m.firstBad, "reason", m.firstErr, "fix", hint)
+			"first_failing_line", m.firstBad, "reason", m.firstErr, "fix", hint,
+			"see_line", "-log-level debug shows it")
 	}
 }
 
@@ -228,7 +233,7 @@ func (f *logFile) add(line []byte, res logjoin.LineResult, why error) {
 	if res == logjoin.LineOK {
 		f.lf.Good++
 	} else if f.lf.FirstBad == 0 {
-		f.lf.FirstBad, f.lf.FirstBadText, f.lf.FirstBadErr = f.n, string(line[:min(len(line), 200)]), why
+		f.lf.FirstBad, f.lf.FirstBadText, f.lf.FirstBadErr = f.n, logparse.DescribeLine(line), why
 	}
 }
 

@@ -442,7 +442,7 @@ func TestWebConfigProbesAnswer(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	exporter.NewMetrics(reg)
-	srv, err := exporter.StartServer(exporter.ServerConfig{Listener: ln, Handler: exporter.Handler(reg), WebConfigFile: webCfg})
+	srv, err := exporter.StartServer(exporter.ServerConfig{Listener: ln, Handler: exporter.Handler(reg, nil), WebConfigFile: webCfg})
 	if err != nil {
 		t.Fatal(err)
 	}

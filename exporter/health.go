@@ -15,8 +15,24 @@ import (
 // a full disk must not restart the pod), /readyz answers 503, and the
 // collector exports pqwatch_sink_degraded{sink} and what was lost.
 type Health struct {
-	mu    sync.Mutex
-	sinks []*SinkHealth
+	mu      sync.Mutex
+	sinks   []*SinkHealth
+	watched []watched
+}
+
+// watched is a writer that keeps its own state (the Kafka spool): asked
+// when health is read.
+type watched struct {
+	name    string
+	failing func() (reason string, ok bool)
+}
+
+// Watch adds a writer that reports its own state: failing is called on
+// every read of /healthz, /readyz and the metrics, and must be cheap.
+func (h *Health) Watch(name string, failing func() (reason string, ok bool)) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.watched = append(h.watched, watched{name, failing})
 }
 
 // SinkHealth is one writer's state. Its methods are safe for concurrent
@@ -104,6 +120,11 @@ func (h *Health) Degraded() []string {
 			out = append(out, s.name+": "+r)
 		}
 	}
+	for _, w := range h.watched {
+		if r, ok := w.failing(); ok {
+			out = append(out, w.name+": "+r)
+		}
+	}
 	slices.Sort(out)
 	return out
 }
@@ -134,8 +155,15 @@ func (h *Health) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (h *Health) Collect(ch chan<- prometheus.Metric) {
 	h.mu.Lock()
-	sinks := slices.Clone(h.sinks)
+	sinks, ws := slices.Clone(h.sinks), slices.Clone(h.watched)
 	h.mu.Unlock()
+	for _, w := range ws {
+		d := 0.0
+		if _, ok := w.failing(); ok {
+			d = 1
+		}
+		ch <- prometheus.MustNewConstMetric(sinkDegradedDesc, prometheus.GaugeValue, d, w.name)
+	}
 	for _, s := range sinks {
 		d := 0.0
 		if _, ok := s.Failing(); ok {

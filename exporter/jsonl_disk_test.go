@@ -5,32 +5,15 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/pqwatch/pqwatch/internal/testenv"
 )
-
-// smallTmpfs mounts a tmpfs of size bytes on a fresh directory, unmounted
-// at the end of the test.
-func smallTmpfs(t *testing.T, size int) string {
-	t.Helper()
-	testenv.NeedRoot(t)
-	dir := t.TempDir()
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, "size="+strconv.Itoa(size)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-	return dir
-}
 
 // TestJSONLFullDisk: a JSONL file on a full filesystem. Every record is
 // in the file whole or counted lost, no partial line is left, and writing
 // resumes within a second of space returning, by itself.
 func TestJSONLFullDisk(t *testing.T) {
-	dir := smallTmpfs(t, 512<<10)
+	dir := smallTmpfs(t, "512k")
 	filler := filepath.Join(dir, "filler")
 	if err := os.WriteFile(filler, make([]byte, 400<<10), 0o600); err != nil {
 		t.Fatal(err)

@@ -153,7 +153,7 @@ type LogFile struct {
 	Stderr int
 	// The first line that did not (1-based), and why.
 	FirstBad     int
-	FirstBadText string
+	FirstBadText string // the line described, never its content (logparse.DescribeLine)
 	FirstBadErr  error
 }
 
@@ -222,7 +222,7 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 			if r != LineOK {
 				res.Malformed[lr.source]++
 				if lf.FirstBad == 0 {
-					lf.FirstBad, lf.FirstBadText, lf.FirstBadErr = n, string(b[:min(len(b), 200)]), why
+					lf.FirstBad, lf.FirstBadText, lf.FirstBadErr = n, logparse.DescribeLine(b), why
 				}
 				return
 			}

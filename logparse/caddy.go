@@ -114,7 +114,7 @@ func (c *CaddyLine) parseTS(s *jscan) error {
 		v := s.str(&c.buf)
 		t, ok := parseISO8601(v, 9)
 		if !ok {
-			return fmt.Errorf("%w: ts %q", ErrBadField, v)
+			return fmt.Errorf("%w: ts %s", ErrBadField, shape(v))
 		}
 		c.Time = t
 		return nil
@@ -129,7 +129,7 @@ func (c *CaddyLine) parseTS(s *jscan) error {
 	}
 	f, err := strconv.ParseFloat(string(num), 64)
 	if err != nil || f < 0 || f > 1<<40 || math.IsNaN(f) {
-		return fmt.Errorf("%w: ts %q", ErrBadField, num)
+		return fmt.Errorf("%w: ts %s", ErrBadField, shape(num))
 	}
 	sec, frac := math.Modf(f)
 	c.Time = time.Unix(int64(sec), int64(frac*1e9)).UTC()

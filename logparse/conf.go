@@ -141,7 +141,7 @@ func tokenize(text []byte, fn func(args []string)) error {
 			depth++
 		case c == '}' && !inWord:
 			if len(args) > 0 {
-				return fmt.Errorf("%w: unexpected } after %q", ErrConf, args[0])
+				return fmt.Errorf("%w: unexpected } after a directive %s", ErrConf, shape([]byte(args[0])))
 			}
 			if depth == 0 {
 				return fmt.Errorf("%w: unbalanced }", ErrConf)
@@ -205,7 +205,7 @@ func tokenize(text []byte, fn func(args []string)) error {
 	}
 	endWord()
 	if len(args) > 0 {
-		return fmt.Errorf("%w: directive %q not terminated by ;", ErrConf, args[0])
+		return fmt.Errorf("%w: a directive %s not terminated by ;", ErrConf, shape([]byte(args[0])))
 	}
 	if depth != 0 {
 		return fmt.Errorf("%w: unbalanced {", ErrConf)

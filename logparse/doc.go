@@ -15,7 +15,12 @@
 // logparse imports nothing else of pqwatch.
 package logparse
 
-import "errors"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strconv"
+)
 
 // Sentinel errors. Parse functions wrap them with %w and the context.
 var (
@@ -28,3 +33,18 @@ var (
 	// ErrConf: an nginx.conf text cannot be tokenized.
 	ErrConf = errors.New("logparse: bad nginx config")
 )
+
+// shape describes a field that failed to parse without repeating it: a log
+// path may lead to a file that is not a log (pqwatch's own log is read by
+// whoever may read the pod's logs), so no byte of it goes into an error.
+func shape(b []byte) string {
+	return "(" + strconv.Itoa(len(b)) + " bytes)"
+}
+
+// DescribeLine names a line without its content: its length and the first
+// 12 hex digits of its SHA-256, so that an operator can find it
+// (sha256sum over the file's lines) while pqwatch's log shows none of it.
+func DescribeLine(line []byte) string {
+	sum := sha256.Sum256(line)
+	return strconv.Itoa(len(line)) + " bytes, sha256 " + hex.EncodeToString(sum[:6])
+}

@@ -65,7 +65,7 @@ func ParseErrorLine(line []byte, loc *time.Location, e *ErrorLine) error {
 	}
 	t, ok := parseDateTime(line, '/', ' ', loc)
 	if !ok {
-		return fmt.Errorf("%w: error-log timestamp %q", ErrBadField, line[:19])
+		return fmt.Errorf("%w: error-log timestamp %s", ErrBadField, shape(line[:19]))
 	}
 	e.Time = t
 	rest := line[20:]
@@ -83,7 +83,7 @@ func ParseErrorLine(line []byte, loc *time.Location, e *ErrorLine) error {
 		}
 	}
 	if e.Level == LevelUnknown {
-		return fmt.Errorf("%w: level %q", ErrBadField, lv)
+		return fmt.Errorf("%w: level %s", ErrBadField, shape(lv))
 	}
 	rest = rest[end+1:]
 	if len(rest) == 0 || rest[0] != ' ' {
@@ -96,10 +96,10 @@ func ParseErrorLine(line []byte, loc *time.Location, e *ErrorLine) error {
 		return fmt.Errorf("%w: no pid#tid:", ErrMalformed)
 	}
 	if e.PID, ok = atoi(rest[:hash]); !ok {
-		return fmt.Errorf("%w: pid %q", ErrBadField, rest[:hash])
+		return fmt.Errorf("%w: pid %s", ErrBadField, shape(rest[:hash]))
 	}
 	if e.TID, ok = atoi(rest[hash+1 : colon]); !ok {
-		return fmt.Errorf("%w: tid %q", ErrBadField, rest[hash+1:colon])
+		return fmt.Errorf("%w: tid %s", ErrBadField, shape(rest[hash+1:colon]))
 	}
 	msg := rest[colon+1:]
 	if len(msg) > 0 && msg[0] == ' ' {

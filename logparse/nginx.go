@@ -193,25 +193,25 @@ func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
 	case VarRemotePort:
 		n, ok := atoi(b)
 		if !ok || n > 65535 {
-			return fmt.Errorf("%w: port %q", ErrBadField, b)
+			return fmt.Errorf("%w: port %s", ErrBadField, shape(b))
 		}
 		l.RemotePort = uint16(n)
 	case VarMsec:
 		t, ok := parseMsec(b)
 		if !ok {
-			return fmt.Errorf("%w: msec %q", ErrBadField, b)
+			return fmt.Errorf("%w: msec %s", ErrBadField, shape(b))
 		}
 		l.setTime(t, 3)
 	case VarTimeISO8601:
 		t, ok := parseISO8601(b, 0)
 		if !ok {
-			return fmt.Errorf("%w: time_iso8601 %q", ErrBadField, b)
+			return fmt.Errorf("%w: time_iso8601 %s", ErrBadField, shape(b))
 		}
 		l.setTime(t, 2)
 	case VarTimeLocal:
 		t, ok := parseTimeLocal(b)
 		if !ok {
-			return fmt.Errorf("%w: time_local %q", ErrBadField, b)
+			return fmt.Errorf("%w: time_local %s", ErrBadField, shape(b))
 		}
 		l.setTime(t, 1)
 	case VarRequest:
@@ -231,7 +231,7 @@ func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
 	case VarStatus:
 		n, ok := atoi(b)
 		if !ok || n > 999 {
-			return fmt.Errorf("%w: status %q", ErrBadField, b)
+			return fmt.Errorf("%w: status %s", ErrBadField, shape(b))
 		}
 		l.Status = n
 	case VarHost:
@@ -253,25 +253,25 @@ func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
 	case VarPID:
 		n, ok := atoi(b)
 		if !ok || n > 1<<31-1 {
-			return fmt.Errorf("%w: pid %q", ErrBadField, b)
+			return fmt.Errorf("%w: pid %s", ErrBadField, shape(b))
 		}
 		l.PID = n
 	case VarConnection:
 		n, ok := atou64(b)
 		if !ok {
-			return fmt.Errorf("%w: connection %q", ErrBadField, b)
+			return fmt.Errorf("%w: connection %s", ErrBadField, shape(b))
 		}
 		l.Connection = n
 	case VarConnectionRequests:
 		n, ok := atoi(b)
 		if !ok {
-			return fmt.Errorf("%w: connection_requests %q", ErrBadField, b)
+			return fmt.Errorf("%w: connection_requests %s", ErrBadField, shape(b))
 		}
 		l.ConnectionRequests = n
 	case VarRequestTime:
 		d, ok := parseSecondsFrac(b)
 		if !ok {
-			return fmt.Errorf("%w: request_time %q", ErrBadField, b)
+			return fmt.Errorf("%w: request_time %s", ErrBadField, shape(b))
 		}
 		l.RequestTime = d
 	}

@@ -159,7 +159,7 @@ func warnLogMatch(w io.Writer, l logjoin.LogFile) {
 	if l.Format != "" {
 		fmt.Fprintf(w, " (read as log_format %q, %s)", l.Format, l.How)
 	}
-	fmt.Fprintf(w, "; first failing line %d: %q: %v\n", l.FirstBad, l.FirstBadText, l.FirstBadErr)
+	fmt.Fprintf(w, "; first failing line %d (%s; sed -n %dp shows it): %v\n", l.FirstBad, l.FirstBadText, l.FirstBad, l.FirstBadErr)
 	switch {
 	case errors.Is(l.FirstBadErr, logjoin.ErrNoJoinKey):
 		fmt.Fprintf(w, "  its lines carry no client address or time: log $remote_addr (and $remote_port, $msec or $time_local)\n")

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
-	"errors"
 	"io"
 	iofs "io/fs"
 	"log/slog"
