@@ -8,7 +8,9 @@ package deploy
 // the kustomize base with the component that offers the same option.
 
 import (
+	"os"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -175,6 +177,7 @@ func compareDaemonSets(t *testing.T, base, chart *objects) {
 	same(t, "nodeSelector", bp.NodeSelector, cp.NodeSelector)
 	same(t, "volumes", bp.Volumes, cp.Volumes)
 	same(t, "container securityContext", bc.SecurityContext, cc.SecurityContext)
+	same(t, "image", bc.Image, cc.Image)
 	same(t, "args", bc.Args, cc.Args)
 	same(t, "env", bc.Env, cc.Env)
 	same(t, "ports", bc.Ports, cc.Ports)
@@ -242,6 +245,19 @@ func TestHelmChartValues(t *testing.T) {
 // TestHelmChartDefaults: what the chart installs when nothing is set.
 func TestHelmChartDefaults(t *testing.T) {
 	o := decodeAll(t, renderChart(t, "pqwatch", "pqwatch", nil))
+	// The image is pinned to the chart's appVersion, in the chart and in
+	// the kustomize base alike (compareDaemonSets compares them).
+	chart, err := os.ReadFile("helm/pqwatch/Chart.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("Chart.yaml has no appVersion")
+	}
+	if img := o.daemonSets[0].Spec.Template.Spec.Containers[0].Image; img != "ghcr.io/pqwatch/pqwatch:"+string(m[1]) {
+		t.Errorf("image %q, want the chart's appVersion %s (never latest)", img, m[1])
+	}
 	if n := len(o.serviceMonitors) + len(o.podMonitors) + len(o.rules); n != 0 {
 		t.Errorf("defaults render %d prometheus-operator objects: a cluster without the operator's CRDs would reject the release", n)
 	}
