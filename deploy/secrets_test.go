@@ -19,7 +19,6 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -265,7 +264,7 @@ func buildPqwatch(t *testing.T) string {
 			return
 		}
 		pqwatchBin = filepath.Join(strings.TrimSpace(string(dir)), "pqwatch")
-		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", pqwatchBin, "../cmd/pqwatch").CombinedOutput()
+		out, err := exec.Command("go", "build", "-o", pqwatchBin, "../cmd/pqwatch").CombinedOutput()
 		if err != nil {
 			pqwatchBinErr = err
 			pqwatchBin = string(out)

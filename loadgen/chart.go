@@ -171,9 +171,8 @@ func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (f
 	var s svg
 	s.open(title)
 	type point struct {
-		v      float64
-		second float64
-		why    string
+		v   float64
+		why string
 	}
 	type cat struct {
 		arm     string

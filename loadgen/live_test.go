@@ -27,9 +27,6 @@ const (
 	abDuration = time.Second
 	abWarmup   = 300 * time.Millisecond
 	abTrials   = 2
-	// maxSendLagMS is the sender lag beyond which the client machine is
-	// considered starved of CPU.
-	maxSendLagMS = 25.0
 )
 
 func mustArms(t testing.TB, specs ...string) []Arm {

@@ -30,17 +30,6 @@ func unwrapAll(u *Unwrapper, lines ...string) []unwrapped {
 	return out
 }
 
-// completeLines are the complete, error-free contents of a stream.
-func completeLines(us []unwrapped, s Stream) []string {
-	var out []string
-	for _, x := range us {
-		if x.complete && x.err == nil && x.stream == s {
-			out = append(out, x.content)
-		}
-	}
-	return out
-}
-
 func TestUnwrapCRI(t *testing.T) {
 	var u Unwrapper
 	got := unwrapAll(&u,

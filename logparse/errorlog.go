@@ -93,7 +93,7 @@ func ParseErrorLine(line []byte, loc *time.Location, e *ErrorLine) error {
 	hash := bytes.IndexByte(rest, '#')
 	colon := bytes.IndexByte(rest, ':')
 	if hash <= 0 || colon <= hash {
-		return fmt.Errorf("%w: no pid#tid:", ErrMalformed)
+		return fmt.Errorf("%w: no pid#tid: field", ErrMalformed)
 	}
 	if e.PID, ok = atoi(rest[:hash]); !ok {
 		return fmt.Errorf("%w: pid %s", ErrBadField, shape(rest[:hash]))

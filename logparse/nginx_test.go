@@ -15,7 +15,6 @@ type want struct {
 	port                                                              uint16
 	status, pid                                                       int
 	conn                                                              uint64
-	request400                                                        bool
 	time                                                              time.Time
 }
 

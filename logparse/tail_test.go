@@ -160,13 +160,13 @@ func TestTailRotationUnderLoad(t *testing.T) {
 	if err := <-writerDone; err != nil {
 		t.Fatal(err)
 	}
-	got := c.waitFor(t, total, 15*time.Second)
+	c.waitFor(t, total, 15*time.Second)
 	time.Sleep(50 * time.Millisecond) // let duplicates, if any, arrive
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	stats = append(stats, tl.Stats())
-	got = c.snapshot()
+	got := c.snapshot()
 
 	seen := make([]int, total)
 	bad := 0

@@ -182,7 +182,7 @@ func TestStepBinarySwap(t *testing.T) {
 	f.drain(101, 102)
 	f.expect("WINCH", KindWINCH)
 	f.servedBy(101, 100) // a draining worker still serves its connections
-	if ga.live != nil && len(ga.live) != 0 || !slices.Equal(ga.draining, []int{101, 102}) {
+	if len(ga.live) != 0 || !slices.Equal(ga.draining, []int{101, 102}) {
 		t.Fatalf("A after WINCH: live %v draining %v", ga.live, ga.draining)
 	}
 	f.exit(101, 102)

@@ -51,7 +51,6 @@ func seen(r *record.Handshake, version string, g uint16, hrr bool, shBytes int) 
 var (
 	goDefault = []uint16{mlkem, p256mk, p384mk, x25519, p256, p384, p521}
 	openssl30 = forecast.Policy{Groups: []uint16{x25519, p256}, Mode: forecast.ModeClientShare}
-	openssl35 = forecast.DefaultPolicy
 )
 
 func TestReport(t *testing.T) {

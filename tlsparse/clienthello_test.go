@@ -11,18 +11,17 @@ type chCase struct {
 	name string
 	msg  func(t testing.TB) []byte
 
-	length     int
-	groups     []Group
-	keyShares  []KeyShare
-	versions   []uint16
-	sni        string
-	alpn       []string
-	nCiphers   int
-	nExts      int
-	ech        bool
-	pqOffered  bool
-	ja4        string
-	ja4Partial string // JA4_a when the full value is not pinned
+	length    int
+	groups    []Group
+	keyShares []KeyShare
+	versions  []uint16
+	sni       string
+	alpn      []string
+	nCiphers  int
+	nExts     int
+	ech       bool
+	pqOffered bool
+	ja4       string
 }
 
 func golden(name string) func(t testing.TB) []byte {

@@ -1013,10 +1013,7 @@ func TestDocMetrics(t *testing.T) {
 			t.Errorf("docs/contract.md: %s is not a metric of the agent", name)
 			continue
 		}
-		var doc []string
-		for _, l := range allTicked(r[2]) {
-			doc = append(doc, l)
-		}
+		doc := allTicked(r[2])
 		if !slices.Equal(doc, want) {
 			t.Errorf("docs/contract.md: %s has labels %v, the code %v", name, doc, want)
 		}

@@ -358,14 +358,6 @@ func blockTimeout(flags []string) time.Duration {
 	return d
 }
 
-// preciseRatio is pqwatch's run time over nginx's, in percent (schedstat).
-func (r *cpuResult) preciseRatio() float64 {
-	if r.ngxNs == 0 {
-		return 0
-	}
-	return 100 * float64(r.pqNs) / float64(r.ngxNs)
-}
-
 // pqTotalNs is pqwatch's whole cost over the window: its threads' run
 // time and its BPF programs' (which run in other processes' contexts).
 func (r *cpuResult) pqTotalNs() uint64 {
@@ -556,17 +548,8 @@ func printCPU(o options, rs []*cpuResult, spread []string, trials int) {
 	}
 }
 
-func (r *cpuResult) pqUs() float64 { return float64(r.pqwatchTicks*tickUs) / r.observed }
-
 func (r *cpuResult) idleMsPerS() float64 {
 	return float64(r.idleNs) / 1e6 / r.idleFor.Seconds()
-}
-
-// pqUsMarginal is pqwatch's CPU per handshake above its idle rate
-// (schedstat), over the load.
-func (r *cpuResult) pqUsMarginal() float64 {
-	idleNs := r.idleMsPerS() * 1e6 * r.loadFor.Seconds()
-	return max(float64(r.pqNs)-idleNs, 0) / 1000 / r.observed
 }
 
 func nginxVersion() string {

@@ -73,8 +73,7 @@ func sealPacket(t testing.TB, k *Keys, version uint32, typ PacketType, dcid, sci
 	hdr = binary.BigEndian.AppendUint16(hdr, uint16(length)|0x4000)
 	pnOff := len(hdr)
 	hdr = binary.BigEndian.AppendUint16(hdr, uint16(pn))
-	var nonce [12]byte
-	nonce = k.IV
+	nonce := k.IV
 	for i := range 8 {
 		nonce[11-i] ^= byte(pn >> (8 * i))
 	}

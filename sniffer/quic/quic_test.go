@@ -54,7 +54,6 @@ type rfcCase struct {
 	frames   string
 	padTo    int
 	pn       int64
-	typ      PacketType
 	scid     string
 	dcidWant string
 }
