@@ -171,10 +171,27 @@ type Policy struct {
 	Mode  Mode
 }
 
+// The groups of the built-in policies, by their registry names.
+const (
+	gX25519MLKEM768     = uint16(tlsparse.GroupX25519MLKEM768)
+	gSecP256r1MLKEM768  = uint16(tlsparse.GroupSecP256r1MLKEM768)
+	gSecP384r1MLKEM1024 = uint16(tlsparse.GroupSecP384r1MLKEM1024)
+	gX25519             = uint16(tlsparse.GroupX25519)
+	gSecp256r1          = uint16(tlsparse.GroupSecp256r1)
+	gSecp384r1          = uint16(tlsparse.GroupSecp384r1)
+	gSecp521r1          = uint16(tlsparse.GroupSecp521r1)
+	gX448               = uint16(tlsparse.GroupX448)
+	gFFDHE2048          = uint16(tlsparse.GroupFFDHE2048)
+	gFFDHE3072          = uint16(tlsparse.GroupFFDHE3072)
+	gFFDHE4096          = uint16(tlsparse.GroupFFDHE4096)
+	gFFDHE6144          = uint16(tlsparse.GroupFFDHE6144)
+	gFFDHE8192          = uint16(tlsparse.GroupFFDHE8192)
+)
+
 // DefaultPolicy is OpenSSL 3.5's built-in default, "?*X25519MLKEM768 /
 // ?*X25519:?secp256r1 / ?X448:?secp384r1:?secp521r1 / ?ffdhe2048:?ffdhe3072".
 var DefaultPolicy = Policy{
-	Groups: []uint16{0x11ec, 0x001d, 0x0017, 0x001e, 0x0018, 0x0019, 0x0100, 0x0101},
+	Groups: []uint16{gX25519MLKEM768, gX25519, gSecp256r1, gX448, gSecp384r1, gSecp521r1, gFFDHE2048, gFFDHE3072},
 	Tuple:  []uint8{0, 1, 1, 2, 2, 2, 3, 3},
 	Mode:   ModeTuples,
 }
@@ -183,20 +200,20 @@ var DefaultPolicy = Policy{
 // configured): X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, x25519,
 // secp256r1, secp384r1, secp521r1.
 var GoPolicy = Policy{
-	Groups: []uint16{0x11ec, 0x11eb, 0x11ed, 0x001d, 0x0017, 0x0018, 0x0019},
+	Groups: []uint16{gX25519MLKEM768, gSecP256r1MLKEM768, gSecP384r1MLKEM1024, gX25519, gSecp256r1, gSecp384r1, gSecp521r1},
 	Mode:   ModeGo,
 }
 
 // CaddyPolicy is Caddy 2.11's default (modules/caddytls defaultCurves, set
 // as CurvePreferences of Go's crypto/tls): X25519MLKEM768, x25519,
 // secp256r1.
-var CaddyPolicy = Policy{Groups: []uint16{0x11ec, 0x001d, 0x0017}, Mode: ModeGo}
+var CaddyPolicy = Policy{Groups: []uint16{gX25519MLKEM768, gX25519, gSecp256r1}, Mode: ModeGo}
 
 // OpenSSL30Policy is OpenSSL 3.0's built-in default groups, x25519,
 // secp256r1, x448, secp521r1, secp384r1, ffdhe2048 to ffdhe8192, under its
 // client-share rule.
 var OpenSSL30Policy = Policy{
-	Groups: []uint16{0x001d, 0x0017, 0x001e, 0x0019, 0x0018, 0x0100, 0x0101, 0x0102, 0x0103, 0x0104},
+	Groups: []uint16{gX25519, gSecp256r1, gX448, gSecp521r1, gSecp384r1, gFFDHE2048, gFFDHE3072, gFFDHE4096, gFFDHE6144, gFFDHE8192},
 	Mode:   ModeClientShare,
 }
 
@@ -223,7 +240,7 @@ func NamedPolicy(name string) (Policy, bool) {
 }
 
 // goOrder is Go 1.26's fixed group preference (defaultCurvePreferences).
-var goOrder = [...]uint16{0x11ec, 0x11eb, 0x11ed, 0x001d, 0x0017, 0x0018, 0x0019}
+var goOrder = [...]uint16{gX25519MLKEM768, gSecP256r1MLKEM768, gSecP384r1MLKEM1024, gX25519, gSecp256r1, gSecp384r1, gSecp521r1}
 
 // goRank is g's place in goOrder, len(goOrder) for a group Go does not
 // implement.
@@ -671,64 +688,9 @@ func groupID(name string) (uint16, bool) {
 }
 
 // ServerShareSize is the key_exchange length a TLS 1.3 ServerHello carries
-// for group g (an ML-KEM ciphertext, an ECDH point, or both for hybrids); 0
-// when unknown.
-func ServerShareSize(g uint16) int {
-	switch g {
-	case 0x001d: // x25519
-		return 32
-	case 0x001e: // x448
-		return 56
-	case 0x0017, 0x001f: // secp256r1, brainpoolP256r1tls13 (uncompressed point)
-		return 65
-	case 0x0018, 0x0020:
-		return 97
-	case 0x0019:
-		return 133
-	case 0x0021:
-		return 129
-	case 0x0100: // ffdhe2048..8192: the modulus length
-		return 256
-	case 0x0101:
-		return 384
-	case 0x0102:
-		return 512
-	case 0x0103:
-		return 768
-	case 0x0104:
-		return 1024
-	case 0x0200: // MLKEM512 ciphertext
-		return 768
-	case 0x0201:
-		return 1088
-	case 0x0202:
-		return 1568
-	case 0x11ec, 0x6399: // X25519MLKEM768, X25519Kyber768Draft00
-		return 1088 + 32
-	case 0x11eb, 0x11ee, 0x639a: // SecP256r1MLKEM768, curveSM2MLKEM768, SecP256r1Kyber768Draft00
-		return 65 + 1088
-	case 0x11ed: // SecP384r1MLKEM1024
-		return 97 + 1568
-	}
-	return 0
-}
+// for group g; 0 when unknown ([tlsparse.Group.ServerShareSize]).
+func ServerShareSize(g uint16) int { return tlsparse.Group(g).ServerShareSize() }
 
 // ClientShareSize is the key_exchange length of a ClientHello key share for
-// group g (an ML-KEM encapsulation key for the KEM part); 0 when unknown.
-func ClientShareSize(g uint16) int {
-	switch g {
-	case 0x0200:
-		return 800
-	case 0x0201:
-		return 1184
-	case 0x0202:
-		return 1568
-	case 0x11ec, 0x6399:
-		return 1184 + 32
-	case 0x11eb, 0x11ee, 0x639a:
-		return 65 + 1184
-	case 0x11ed:
-		return 97 + 1568
-	}
-	return ServerShareSize(g)
-}
+// group g; 0 when unknown ([tlsparse.Group.ClientShareSize]).
+func ClientShareSize(g uint16) int { return tlsparse.Group(g).ClientShareSize() }

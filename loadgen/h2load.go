@@ -40,17 +40,11 @@ type H2LoadComparison struct {
 	LoadgenGroups map[string]int `json:"loadgen_groups,omitempty"`
 }
 
-// opensslGroup maps an IANA group name to OpenSSL's -groups spelling.
+// opensslGroup is a group name as OpenSSL's -groups spells it (the
+// registry's OpenSSLName); a name the registry does not know as it is.
 func opensslGroup(name string) string {
-	switch name {
-	case "x25519":
-		return "X25519"
-	case "secp256r1":
-		return "P-256"
-	case "secp384r1":
-		return "P-384"
-	case "secp521r1":
-		return "P-521"
+	if g, ok := tlsparse.ParseGroup(name); ok {
+		return g.OpenSSLName()
 	}
 	return name
 }

@@ -20,7 +20,14 @@ const (
 	GroupX25519                   Group = 0x001d
 	GroupX448                     Group = 0x001e
 	GroupCurveSM2                 Group = 0x0029
+	GroupBrainpoolP256r1TLS13     Group = 0x001f
+	GroupBrainpoolP384r1TLS13     Group = 0x0020
+	GroupBrainpoolP512r1TLS13     Group = 0x0021
 	GroupFFDHE2048                Group = 0x0100
+	GroupFFDHE3072                Group = 0x0101
+	GroupFFDHE4096                Group = 0x0102
+	GroupFFDHE6144                Group = 0x0103
+	GroupFFDHE8192                Group = 0x0104
 	GroupMLKEM512                 Group = 0x0200
 	GroupMLKEM768                 Group = 0x0201
 	GroupMLKEM1024                Group = 0x0202
@@ -49,6 +56,105 @@ func (g Group) IsPQ() bool {
 		return true
 	}
 	return false
+}
+
+// Share sizes of the KEMs and curves the hybrids are made of: ML-KEM's
+// encapsulation keys (client) and ciphertexts (server), FIPS 203; ECDH
+// public keys as TLS 1.3 carries them (RFC 8446 4.2.8.2: X25519/X448 raw,
+// NIST and brainpool curves uncompressed).
+const (
+	mlkem512EK, mlkem512CT   = 800, 768
+	mlkem768EK, mlkem768CT   = 1184, 1088
+	mlkem1024EK, mlkem1024CT = 1568, 1568
+	x25519Share, x448Share   = 32, 56
+	p256Share, p384Share     = 65, 97
+	p521Share, bp512Share    = 133, 129
+)
+
+// ServerShareSize is the key_exchange length of a TLS 1.3 ServerHello's key
+// share for g: an ECDH point, a finite-field public value (the modulus
+// length), an ML-KEM ciphertext, or a hybrid's two parts concatenated
+// (draft-ietf-tls-ecdhe-mlkem, draft-tls-westerbaan-xyber768d00); 0 when
+// unknown.
+func (g Group) ServerShareSize() int {
+	switch g {
+	case GroupX25519:
+		return x25519Share
+	case GroupX448:
+		return x448Share
+	case GroupSecp256r1, GroupBrainpoolP256r1TLS13:
+		return p256Share
+	case GroupSecp384r1, GroupBrainpoolP384r1TLS13:
+		return p384Share
+	case GroupSecp521r1:
+		return p521Share
+	case GroupBrainpoolP512r1TLS13:
+		return bp512Share
+	case GroupFFDHE2048:
+		return 256
+	case GroupFFDHE3072:
+		return 384
+	case GroupFFDHE4096:
+		return 512
+	case GroupFFDHE6144:
+		return 768
+	case GroupFFDHE8192:
+		return 1024
+	case GroupMLKEM512:
+		return mlkem512CT
+	case GroupMLKEM768:
+		return mlkem768CT
+	case GroupMLKEM1024:
+		return mlkem1024CT
+	case GroupX25519MLKEM768, GroupX25519Kyber768Draft00:
+		return mlkem768CT + x25519Share
+	case GroupSecP256r1MLKEM768, GroupCurveSM2MLKEM768, GroupSecP256r1Kyber768Draft00:
+		return p256Share + mlkem768CT
+	case GroupSecP384r1MLKEM1024:
+		return p384Share + mlkem1024CT
+	}
+	return 0
+}
+
+// ClientShareSize is the key_exchange length of a ClientHello key share for
+// g: as ServerShareSize, with an ML-KEM encapsulation key for the KEM part;
+// 0 when unknown.
+func (g Group) ClientShareSize() int {
+	switch g {
+	case GroupMLKEM512:
+		return mlkem512EK
+	case GroupMLKEM768:
+		return mlkem768EK
+	case GroupMLKEM1024:
+		return mlkem1024EK
+	case GroupX25519MLKEM768, GroupX25519Kyber768Draft00:
+		return mlkem768EK + x25519Share
+	case GroupSecP256r1MLKEM768, GroupCurveSM2MLKEM768, GroupSecP256r1Kyber768Draft00:
+		return p256Share + mlkem768EK
+	case GroupSecP384r1MLKEM1024:
+		return p384Share + mlkem1024EK
+	}
+	return g.ServerShareSize()
+}
+
+// OpenSSLName is g as OpenSSL's -groups and ssl_ecdh_curve spell it where
+// that differs from the IANA name (X25519, P-256, ...); the IANA name
+// otherwise, which OpenSSL 3.5 accepts for the rest (X25519MLKEM768,
+// ffdhe2048, ...).
+func (g Group) OpenSSLName() string {
+	switch g {
+	case GroupX25519:
+		return "X25519"
+	case GroupX448:
+		return "X448"
+	case GroupSecp256r1:
+		return "P-256"
+	case GroupSecp384r1:
+		return "P-384"
+	case GroupSecp521r1:
+		return "P-521"
+	}
+	return g.String()
 }
 
 // String returns the IANA TLS Supported Groups registry name of g, or "0x"
@@ -224,7 +330,7 @@ func ParseGroup(s string) (g Group, ok bool) {
 // metrics, where any other group counts as "other".
 var CommonGroups = []Group{
 	GroupX25519, GroupSecp256r1, GroupSecp384r1, GroupSecp521r1, GroupX448,
-	GroupFFDHE2048, 0x0101, 0x0102, 0x0103, 0x0104,
+	GroupFFDHE2048, GroupFFDHE3072, GroupFFDHE4096, GroupFFDHE6144, GroupFFDHE8192,
 	GroupX25519MLKEM768, GroupSecP256r1MLKEM768, GroupSecP384r1MLKEM1024, GroupCurveSM2MLKEM768,
 	GroupMLKEM512, GroupMLKEM768, GroupMLKEM1024,
 	GroupX25519Kyber768Draft00, GroupSecP256r1Kyber768Draft00,
