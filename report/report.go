@@ -108,6 +108,11 @@ type Summary struct {
 	// Policy is the policy check (set by the caller when policies are
 	// declared: NewPolicyCheck).
 	Policy *PolicyCheck `json:"policy,omitempty"`
+	// Generations are the server generations records were attributed to
+	// (run), first seen first; SwapEvents the tracker's events of the run
+	// (set by the caller).
+	Generations []*GenerationRow `json:"generations,omitempty"`
+	SwapEvents  []SwapEvent      `json:"swap_events,omitempty"`
 
 	mu        sync.Mutex // Write may be called from several goroutines
 	classical map[classicalKey]int
@@ -119,6 +124,8 @@ type Summary struct {
 	lastGroup, lastServer, lastSNI string
 	lastGS                         *GroupStats
 	lastServerRow, lastSNIRow      *ShareRow
+	gens                           map[string]*GenerationRow
+	lastGen                        *GenerationRow
 }
 
 // JoinStats summarises the access-log join.
@@ -217,6 +224,7 @@ func (s *Summary) Write(r *record.Handshake) error {
 
 func (s *Summary) add(r *record.Handshake) {
 	s.Handshakes++
+	s.addGeneration(r)
 	s.transports.add(r.Transport, 1, into(s.Transports))
 	s.outcomes.add(r.Outcome, 1, into(s.Outcomes))
 	if r.PQOffered {
@@ -323,6 +331,7 @@ func (s *Summary) Finish() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flush()
+	s.finishGenerations()
 	s.Forecast.Finish()
 	if s.Completed > 0 {
 		s.PQShare = float64(s.PQ) / float64(s.Completed)
@@ -506,6 +515,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 	}
 	writeShares(&b, "PQ share by Host", s.ByHost)
 	writeShares(&b, "PQ share by user-agent family", s.ByUserAgent)
+	s.writeGenerations(&b)
 	if len(s.ServerErrors) > 0 {
 		b.WriteString("\nserver error log (emerg/alert/crit)\n")
 		for _, l := range s.ServerErrors {

@@ -113,3 +113,40 @@ func BenchmarkSummaryWrite(b *testing.B) {
 		_ = s.Write(r)
 	}
 }
+
+// TestSummaryGenerations: records attributed to generations are counted
+// per generation with their PQ share and first and last seen; records
+// without one are not; the text report shows the rows and swap events.
+func TestSummaryGenerations(t *testing.T) {
+	s := New(forecast.DefaultPolicy)
+	t0 := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	a := &record.Generation{ID: "nginx-aaaaaaaaaaaa-100", Exe: "/usr/sbin/nginx", OpenSSL: "OpenSSL 3.0.19 27 Jan 2026"}
+	b := &record.Generation{ID: "nginx-bbbbbbbbbbbb-200", Exe: "/usr/sbin/nginx", OpenSSL: "OpenSSL 3.5.7 1 Oct 2026"}
+	for i, tc := range []struct {
+		g  *record.Generation
+		pq bool
+	}{{a, false}, {a, false}, {b, true}, {b, true}, {b, false}, {nil, true}} {
+		s.Write(&record.Handshake{TS: t0.Add(time.Duration(i) * time.Second), Outcome: record.OutcomeOK, Generation: tc.g, PQ: tc.pq, Group: "x25519"})
+	}
+	s.SwapEvents = []SwapEvent{{Time: t0, Kind: "usr2", Generation: b.ID, Other: a.ID, Message: "new binary started"}}
+	s.Finish()
+	if len(s.Generations) != 2 {
+		t.Fatalf("%d generations", len(s.Generations))
+	}
+	ga, gb := s.Generations[0], s.Generations[1]
+	if ga.ID != a.ID || ga.Handshakes != 2 || ga.PQ != 0 || !ga.FirstSeen.Equal(t0) || !ga.LastSeen.Equal(t0.Add(time.Second)) {
+		t.Errorf("A: %+v", ga)
+	}
+	if gb.ID != b.ID || gb.Handshakes != 3 || gb.PQ != 2 || gb.PQShare < 0.66 || gb.PQShare > 0.67 || gb.OpenSSL != b.OpenSSL {
+		t.Errorf("B: %+v", gb)
+	}
+	var out strings.Builder
+	if err := s.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"by server generation", a.ID, "3.5.7", "66.7%", "swap events", "usr2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, out.String())
+		}
+	}
+}

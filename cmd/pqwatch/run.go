@@ -245,6 +245,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
 				pipeline.AddLogResult(sum, a.LogResult())
 			}
+			if pt := a.Processes(); pt != nil {
+				for _, e := range pt.Events() {
+					sum.SwapEvents = append(sum.SwapEvents, report.SwapEvent(e))
+				}
+			}
 			sum.Finish()
 			err = sum.Render(out, rf.format)
 			if cerr := c(); err == nil {
