@@ -98,7 +98,7 @@ func (a *Attribution) Process(r *record.Handshake) {
 // does not wait for the tracker, which a scan may hold for milliseconds,
 // and says false when it did nothing.
 func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait, quiet bool) bool {
-	if !a.t.observeAttributed(g, r, wait) {
+	if !a.t.observeAttributed(g, r, wait, quiet) {
 		return false
 	}
 	a.x.attributed.Add(1)
@@ -299,11 +299,12 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 	}
 	r := it.r
 	server, client := serverAddrPort(r), r.ClientAddrPort()
-	g, ok := (*record.Generation)(nil), false
+	g, ok, quiet := (*record.Generation)(nil), false, false
 	switch r.Transport {
 	case record.TransportTCP:
 		if scanned && !r.FlowStart.IsZero() {
 			g, ok = a.t.AttributeQuiet(server, r.FlowStart.Add(-acceptMargin), it.done)
+			quiet = ok
 		}
 		if !ok {
 			var from time.Time
@@ -320,8 +321,8 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 	}
 	if ok {
 		r.Generation = g
-		a.t.observeAttributed(g, r, true)
 	}
+	a.t.observeAttributed(g, r, true, quiet)
 	a.next(r)
 }
 

@@ -37,6 +37,13 @@ type LogPID struct {
 	running bool         // the holder goroutine runs
 	done    chan struct{}
 
+	// pending are the records whose count waits for their $pid: the
+	// attribution named no worker. Counted here when the record comes, or
+	// with the attribution's answer after logCountWait.
+	pendMu   sync.Mutex
+	pending  map[*record.Handshake]pendingCount
+	sweeping bool
+
 	found     atomic.Uint64 // records without a generation that $pid attributed
 	corrected atomic.Uint64 // records whose generation $pid replaced
 	unknown   atomic.Uint64 // $pid of no tracked process
@@ -44,10 +51,99 @@ type LogPID struct {
 	desc      *prometheus.Desc
 }
 
+// pendingCount is a record's deferred count: the attribution's answer
+// (nil: none) and when it was given.
+type pendingCount struct {
+	gen   *record.Generation
+	group string
+	at    time.Time
+}
+
+// logCountWait bounds how long a record's count waits for its log line's
+// $pid: pqwatch_generation_handshakes_total lags the wire by at most this
+// (and the sweep's period). A line usually follows its handshake within
+// the request; a connection without a request has none.
+const logCountWait = 500 * time.Millisecond
+
+// maxPendingCounts bounds the deferred counts; past it a record is
+// counted at once with the attribution's answer.
+const maxPendingCounts = 65536
+
+// deferCount leaves r's count to Process, or to the sweep after
+// logCountWait.
+func (s *LogPID) deferCount(r *record.Handshake, g *record.Generation) {
+	s.pendMu.Lock()
+	if len(s.pending) >= maxPendingCounts {
+		s.pendMu.Unlock()
+		s.count(g, record.GroupLabel(r))
+		return
+	}
+	if s.pending == nil {
+		s.pending = map[*record.Handshake]pendingCount{}
+	}
+	s.pending[r] = pendingCount{g, record.GroupLabel(r), time.Now()}
+	if !s.sweeping {
+		s.sweeping = true
+		go s.sweep()
+	}
+	s.pendMu.Unlock()
+}
+
+// claim takes r's deferred count: true when it was pending (the caller
+// counts it), false when it was counted already.
+func (s *LogPID) claim(r *record.Handshake) bool {
+	s.pendMu.Lock()
+	_, ok := s.pending[r]
+	if ok {
+		delete(s.pending, r)
+	}
+	s.pendMu.Unlock()
+	return ok
+}
+
+// sweep counts the deferred records whose line did not come within
+// logCountWait with the attribution's answer; it returns when none is
+// left.
+func (s *LogPID) sweep() {
+	const every = 100 * time.Millisecond
+	for {
+		time.Sleep(every)
+		now := time.Now()
+		var due []pendingCount
+		s.pendMu.Lock()
+		for r, p := range s.pending {
+			if now.Sub(p.at) >= logCountWait {
+				due = append(due, p)
+				delete(s.pending, r)
+			}
+		}
+		left := len(s.pending)
+		if left == 0 {
+			s.sweeping = false
+		}
+		s.pendMu.Unlock()
+		for _, p := range due {
+			s.count(p.gen, p.group)
+		}
+		if left == 0 {
+			return
+		}
+	}
+}
+
+// count adds one handshake of group to g's count (none for nil: records
+// of no generation are not counted by generation).
+func (s *LogPID) count(g *record.Generation, group string) {
+	if g != nil {
+		s.t.ObserveHandshake(g, group)
+	}
+}
+
 type heldRecord struct {
-	r   *record.Handshake
-	pid int
-	at  time.Time
+	r       *record.Handshake
+	pid     int
+	at      time.Time
+	counted bool // the attribution counted it
 }
 
 // maxHeldLog bounds the records held for a scan; past it they go on as
@@ -63,10 +159,11 @@ func NewLogPID(t *Tracker) *LogPID {
 }
 
 // Then sets the step after this one and returns the stage. From then on
-// the stage counts every record's generation, not the attribution.
+// the attribution leaves to it the count of each record whose generation
+// the log's $pid decides (deferCount).
 func (s *LogPID) Then(next func(*record.Handshake)) *LogPID {
 	s.next = next
-	s.t.countAfterLog.Store(true)
+	s.t.logPID.Store(s)
 	return s
 }
 
@@ -83,17 +180,18 @@ func (s *LogPID) Flush() {
 
 // Process fills the record's generation from its log line's $pid.
 func (s *LogPID) Process(r *record.Handshake) {
+	counted := !s.claim(r)
 	l := r.Log
 	if l == nil || l.Source != "nginx" || l.PID <= 0 || r.Transport != record.TransportTCP {
-		s.hand(r)
+		s.hand(r, counted)
 		return
 	}
 	if s.resolve(r, l.PID) {
-		s.hand(r)
+		s.hand(r, counted)
 		return
 	}
 	if g := r.Generation; g != nil && g.WorkerPID == l.PID {
-		s.hand(r) // the accept event named this worker already
+		s.hand(r, counted) // the accept event named this worker already
 		return
 	}
 	// An nginx process that exists and no scan has seen: the next one
@@ -102,7 +200,7 @@ func (s *LogPID) Process(r *record.Handshake) {
 	// numbers, which on the host are other processes).
 	if !isNginx(s.t.cfg.ProcRoot, s.t.cfg.NginxComms, l.PID) {
 		s.unknown.Add(1)
-		s.hand(r)
+		s.hand(r, counted)
 		return
 	}
 	s.t.ix.rescanSoon()
@@ -110,10 +208,10 @@ func (s *LogPID) Process(r *record.Handshake) {
 	if len(s.held) >= maxHeldLog {
 		s.mu.Unlock()
 		s.overflow.Add(1)
-		s.hand(r)
+		s.hand(r, counted)
 		return
 	}
-	s.held = append(s.held, heldRecord{r, l.PID, time.Now()})
+	s.held = append(s.held, heldRecord{r, l.PID, time.Now(), counted})
 	if !s.running {
 		s.running, s.done = true, make(chan struct{})
 		go s.hold()
@@ -151,10 +249,10 @@ func (s *LogPID) hold() {
 		for _, h := range held {
 			switch {
 			case s.resolve(h.r, h.pid):
-				s.hand(h.r)
+				s.hand(h.r, h.counted)
 			case time.Since(h.at) >= maxAttribWait:
 				s.unknown.Add(1)
-				s.hand(h.r)
+				s.hand(h.r, h.counted)
 			default:
 				keep = append(keep, h)
 			}
@@ -210,13 +308,15 @@ func (s *LogPID) resolve(r *record.Handshake, pid int) bool {
 }
 
 // hand passes r on, counting it in its generation's
-// pqwatch_generation_handshakes_total: with this stage in the pipeline the
-// attribution leaves that count to it, so a record is counted once, where
-// $pid had its say, and a counter never goes down (a correction counted
-// as -1 here and +1 there read as a counter reset to Prometheus).
-func (s *LogPID) hand(r *record.Handshake) {
-	if r.Generation != nil {
-		s.t.ObserveHandshake(r.Generation, record.GroupLabel(r))
+// pqwatch_generation_handshakes_total unless the attribution did (counted):
+// a record is counted once, and a counter never goes down (a correction
+// counted as -1 there and +1 here would read as a counter reset to
+// Prometheus). A record the attribution counted and $pid corrected stays
+// in the attribution's count: pqwatch_attributions_from_log_total
+// {result="corrected"} says how many.
+func (s *LogPID) hand(r *record.Handshake, counted bool) {
+	if !counted {
+		s.count(r.Generation, record.GroupLabel(r))
 	}
 	s.emitMu.Lock()
 	s.next(r)

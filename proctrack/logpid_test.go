@@ -3,6 +3,7 @@ package proctrack
 import (
 	"fmt"
 	"strings"
+	"time"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,15 +29,21 @@ func TestLogPID(t *testing.T) {
 	}
 	var out []*record.Handshake
 	s := NewLogPID(tr).Then(func(r *record.Handshake) { out = append(out, r) })
-	for _, w := range gen.Workers {
-		s.Process(&record.Handshake{Transport: record.TransportTCP, Group: "x25519", Log: &record.Log{Source: "nginx", PID: w}})
+	// Each record as the attribution leaves it: none of these names a
+	// worker, so its count waits for the $pid of its line.
+	process := func(r *record.Handshake) {
+		tr.observeAttributed(r.Generation, r, true, false)
+		s.Process(r)
 	}
-	s.Process(&record.Handshake{Transport: record.TransportTCP, Log: &record.Log{Source: "nginx", PID: 1 << 30}})
+	for _, w := range gen.Workers {
+		process(&record.Handshake{Transport: record.TransportTCP, Group: "x25519", Log: &record.Log{Source: "nginx", PID: w}})
+	}
+	process(&record.Handshake{Transport: record.TransportTCP, Log: &record.Log{Source: "nginx", PID: 1 << 30}})
 	attributed := &record.Generation{ID: gen.ID, MasterPID: master}
 	withGen := &record.Handshake{Transport: record.TransportTCP, Generation: attributed, Log: &record.Log{Source: "nginx", PID: gen.Workers[0]}}
-	s.Process(withGen)
+	process(withGen)
 	wrong := &record.Handshake{Transport: record.TransportTCP, Generation: &record.Generation{ID: "nginx-other-1", MasterPID: 1}, Log: &record.Log{Source: "nginx", PID: gen.Workers[1]}}
-	s.Process(wrong)
+	process(wrong)
 	s.Flush()
 	if g := wrong.Generation; g.ID != gen.ID || g.MasterPID != master || g.WorkerPID != gen.Workers[1] {
 		t.Errorf("misattributed record not corrected: %+v", g)
@@ -88,5 +95,47 @@ pqwatch_attributions_from_log_total{result="unknown_pid"} 1
 	}
 	if counts[gen.ID] != float64(len(gen.Workers)+2) || counts["nginx-other-1"] != 0 {
 		t.Errorf("pqwatch_generation_handshakes_total by generation %v, want %s %d and nothing else", counts, gen.ID, len(gen.Workers)+2)
+	}
+}
+
+// TestLogPIDCountsWithoutLine: pqwatch_generation_handshakes_total does not
+// wait for the log join. A record whose attribution named the worker is
+// counted at once; one that named none waits for its line's $pid at most
+// logCountWait, then is counted with the attribution's answer (a
+// connection without a request has no line); the line coming later does
+// not count it again.
+func TestLogPIDCountsWithoutLine(t *testing.T) {
+	l := newNginxLab(t)
+	l.writeConf("x25519")
+	master := l.start()
+	tr, _ := startTracker(t)
+	gi := genByMaster(t, tr, master, 2)
+	s := NewLogPID(tr).Then(func(*record.Handshake) {})
+	g := &record.Generation{ID: gi.ID, MasterPID: master}
+	count := func() uint64 {
+		info, _ := tr.Generation(g.ID)
+		return info.Connections
+	}
+	withWorker := &record.Generation{ID: g.ID, MasterPID: master, WorkerPID: gi.Workers[0]}
+	r1 := &record.Handshake{Transport: record.TransportTCP, Generation: withWorker}
+	tr.observeAttributed(withWorker, r1, true, false)
+	if n := count(); n != 1 {
+		t.Fatalf("a record whose worker is known counted %d, want 1 at once", n)
+	}
+	r2 := &record.Handshake{Transport: record.TransportTCP, Generation: g}
+	start := time.Now()
+	tr.observeAttributed(g, r2, true, false)
+	if n := count(); n != 1 {
+		t.Fatalf("a record without its worker counted at once (%d)", n)
+	}
+	for count() < 2 && time.Since(start) < 5*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, waited := count(), time.Since(start); n != 2 || waited > 2*time.Second {
+		t.Errorf("count %d after %v, want 2 within 2 s", n, waited)
+	}
+	s.Process(r2) // its line, late: no second count
+	if n := count(); n != 2 {
+		t.Errorf("the late line counted the record again: %d", n)
 	}
 }

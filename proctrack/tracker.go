@@ -187,9 +187,9 @@ type Tracker struct {
 	log  *slog.Logger
 	diag sockDiag
 	ix   *attribIndex // the attribution index, fed by the scans
-	// countAfterLog: a LogPID stage follows the attribution and counts
-	// each record's generation (pqwatch_generation_handshakes_total).
-	countAfterLog atomic.Bool
+	// logPID: a LogPID stage follows the attribution; a record whose
+	// generation the log's $pid decides has its count deferred to it.
+	logPID atomic.Pointer[LogPID]
 
 	mu         sync.RWMutex
 	rd         *procReader // reads /proc into snapshots
@@ -667,12 +667,20 @@ func (t *Tracker) ObserveHandshake(gen *record.Generation, group string) {
 	t.observe(gen, group, 1)
 }
 
-// observeAttributed counts r in generation g as the attribution found it,
-// unless a LogPID stage follows (it counts once $pid had its say).
-// With wait false it does not wait for a scan that holds the tracker, and
-// says false when it did not count.
-func (t *Tracker) observeAttributed(g *record.Generation, r *record.Handshake, wait bool) bool {
-	if t.countAfterLog.Load() {
+// observeAttributed counts r in generation g as the attribution found it
+// (pqwatch_generation_handshakes_total counts a handshake when it is seen,
+// not when its log line comes). Only an answer that the access log's $pid
+// may change, while a LogPID stage follows, is left to that stage, for at
+// most logCountWait: none, or one that names no worker and is not a quiet
+// period's (where the port's one generation served it: $pid can name its
+// worker, not another generation). With wait false it does not wait for a
+// scan that holds the tracker, and says false when it did not count.
+func (t *Tracker) observeAttributed(g *record.Generation, r *record.Handshake, wait, quiet bool) bool {
+	if lp := t.logPID.Load(); lp != nil && (g == nil || g.WorkerPID == 0 && !quiet) && r.Transport == record.TransportTCP {
+		lp.deferCount(r, g)
+		return true
+	}
+	if g == nil {
 		return true
 	}
 	if wait {

@@ -1,0 +1,107 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/internal/testenv"
+	"github.com/pqwatch/pqwatch/logparse"
+)
+
+// TestGenerationCountedWhenSeen: pqwatch_generation_handshakes_total does
+// not wait for the access-log join. With the log joined and without accept
+// events (the attribution names the generation, not the worker, so the
+// $pid of the line may decide), half the connections send a request and
+// half only shake hands (no line ever comes); within 2 s of the last
+// handshake the generation's count equals the clients'.
+func TestGenerationCountedWhenSeen(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	testenv.NeedBin(t, "nginx")
+	pair := testenv.NewPair(t, 1500)
+	l := newSwapLab(t, pair.S)
+	master := l.start()
+	logFormat, err := logparse.ParseLogFormat(strings.Trim(testenv.RecommendedLogFormat, "'"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agent.Config{Ifaces: []string{pair.SIf}, Ports: []uint16{443}, Workers: 1, TrackProcesses: true, NoAcceptEvents: true,
+		NginxLogs: []agent.NginxLog{{Path: l.access, Format: logFormat}}, Listener: ml, RecycleRecords: true}
+	var a *agent.Agent
+	if err := testenv.InNS(pair.S, func() (err error) { a, err = agent.New(cfg); return err }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var gen string
+	waitUntil(t, 10*time.Second, "the generation found", func() bool {
+		for _, g := range a.Processes().Generations() {
+			if g.MasterPID == master && len(g.Workers) == 2 {
+				gen = g.ID
+				return true
+			}
+		}
+		return false
+	})
+	time.Sleep(300 * time.Millisecond) // the rings bound
+	server := net.JoinHostPort(pair.SAddr, "443")
+	const n = 40
+	made := 0
+	testenv.InNS(pair.C, func() error {
+		for i := range n {
+			if i%2 == 0 {
+				if _, err := oneRequest(server); err == nil {
+					made++
+				}
+				continue
+			}
+			c, err := net.DialTimeout("tcp", server, 2*time.Second)
+			if err != nil {
+				continue
+			}
+			tc := tls.Client(c, &tls.Config{InsecureSkipVerify: true, ServerName: "pqwatch.test"})
+			if tc.Handshake() == nil {
+				made++
+			}
+			tc.Close()
+		}
+		return nil
+	})
+	last := time.Now()
+	count := func() float64 {
+		body, _, _ := scrape(t, "http://"+ml.Addr().String())
+		total := 0.0
+		for _, line := range strings.Split(body, "\n") {
+			if strings.HasPrefix(line, "pqwatch_generation_handshakes_total{") && strings.Contains(line, `generation="`+gen+`"`) {
+				v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+				total += v
+			}
+		}
+		return total
+	}
+	got := 0.0
+	for time.Since(last) < 2*time.Second {
+		if got = count(); got == float64(made) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("%v of %d handshakes counted %v after the last", got, made, time.Since(last).Round(time.Millisecond))
+	if got != float64(made) || made < n-2 {
+		t.Errorf("pqwatch_generation_handshakes_total{generation=%q} = %v within 2 s of the last handshake, want %d (the clients' handshakes)", gen, got, made)
+	}
+}
