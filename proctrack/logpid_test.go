@@ -3,8 +3,8 @@ package proctrack
 import (
 	"fmt"
 	"strings"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
