@@ -37,6 +37,7 @@ import (
 	"github.com/pqwatch/pqwatch/internal/memlimit"
 	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/logparse"
+	"github.com/pqwatch/pqwatch/merge"
 	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/proctrack"
 	"github.com/pqwatch/pqwatch/record"
@@ -244,7 +245,9 @@ func New(cfg Config) (a *Agent, err error) {
 			opened.closeOpened()
 		}
 	}()
-	pc := pipeline.Config{Logger: cfg.Logger, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
+	// One handshake once: its views on several interfaces, before and
+	// after the node's NAT, become one record before the metrics count it.
+	pc := pipeline.Config{Logger: cfg.Logger, Merge: &merge.Config{}, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
 	var logPID *proctrack.LogPID // $pid attribution after the log join
 	if cfg.TrackProcesses {
 		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms, NoAcceptEvents: cfg.NoAcceptEvents, AllAcceptEvents: cfg.AllAcceptEvents})
@@ -325,6 +328,10 @@ func New(cfg Config) (a *Agent, err error) {
 		}
 	}
 	a.pipe = pipeline.New(pc)
+	a.metrics.HandshakeViewsFrom(func() exporter.ViewStats {
+		st := a.pipe.Merge().Stats()
+		return exporter.ViewStats{Merged: st.Merged, Late: st.Late, OverflowHeld: st.OverflowHeld, OverflowRemembered: st.OverflowRemembered}
+	})
 	ids := newRecordIDs(cfg.Node)
 	onRecord := func(r *record.Handshake) {
 		ids.stamp(r)

@@ -25,6 +25,7 @@ func AppendJSON(dst []byte, h *record.Handshake) []byte {
 	}
 	dst = append(dst, `,"server":`...)
 	dst = appendString(dst, h.Server)
+	dst = appendOptString(dst, `,"frontend":`, h.Frontend)
 	dst = appendOptString(dst, `,"sni":`, h.SNI)
 	if len(h.ALPN) > 0 {
 		dst = append(dst, `,"alpn":`...)

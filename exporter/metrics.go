@@ -179,6 +179,9 @@ type Metrics struct {
 	joins       *sourcedCounter
 	kafka       map[string]prometheus.Counter
 	ports       *portMetric // pqwatch_port_handshakes_total (ports.go)
+	// The merge of a handshake's views (package merge): views merged,
+	// late twins dropped, and what its bounds let through.
+	viewsMerged, viewsLate, viewsOverflow *sourcedCounter
 }
 
 // NewMetrics creates the metrics and registers them with reg. It panics if a
@@ -261,6 +264,16 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	m.joins = newSourcedCounter("log_joins_total", "Attempts to join a handshake record with an access-log line, by result.",
 		[]string{"result"}, seriesOf(joinValues), nil)
 
+	m.viewsMerged = newSourcedCounter("handshake_views_merged_total",
+		"Records merged into another record of the same handshake: views of it before and after a node's NAT, on several interfaces (the uplink, a bridge, a pod's veth).",
+		nil, [][]string{{}}, nil)
+	m.viewsLate = newSourcedCounter("handshake_views_late_total",
+		"Views of a handshake dropped because they came after its record had left the merge (within 2 s): never a second record.",
+		nil, [][]string{{}}, nil)
+	m.viewsOverflow = newSourcedCounter("handshake_views_overflow_total",
+		"The merge's bounds: records released before their hold because too many were held (set held), identities forgotten early because too many were remembered (set remembered; a late view of one becomes a record of its own).",
+		[]string{"set"}, seriesOf([]string{ViewsHeld, ViewsRemembered}), nil)
+
 	kafkaVec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: namespace, Name: "kafka_messages_total",
 		Help: "Kafka messages by result: delivered, failed (attempt failed, kept for retry), spooled (to disk), dropped (lost).",
@@ -277,7 +290,8 @@ func NewMetrics(reg prometheus.Registerer, opts ...MetricsOption) *Metrics {
 	m.ports = newPortMetric(cfg.ports)
 
 	reg.MustRegister(m.ports.vec, m.handshakes, clientHelloVec, m.serverHelloVec, m.segments, m.rtt,
-		m.pqOffered, forecastVec, m.parseErrors, m.logLines, m.joins, kafkaVec, buildInfoGauge)
+		m.pqOffered, forecastVec, m.parseErrors, m.logLines, m.joins, m.viewsMerged, m.viewsLate, m.viewsOverflow,
+		kafkaVec, buildInfoGauge)
 	return m
 }
 
@@ -393,6 +407,29 @@ func (m *Metrics) LogLine(source, result string) { m.logLines.add(1, source, res
 // LogLinesFrom adds a source of log line counts by source and result (a
 // tailer's over-long lines), read at every scrape.
 func (m *Metrics) LogLinesFrom(src CounterSource) { m.logLines.addSource(src) }
+
+// Sets of pqwatch_handshake_views_overflow_total.
+const (
+	ViewsHeld       = "held"
+	ViewsRemembered = "remembered"
+)
+
+// ViewStats are the merge's counters (merge.Stats).
+type ViewStats struct {
+	Merged, Late, OverflowHeld, OverflowRemembered uint64
+}
+
+// HandshakeViewsFrom adds the source of the merge's counters
+// (pqwatch_handshake_views_*), read at every scrape.
+func (m *Metrics) HandshakeViewsFrom(src func() ViewStats) {
+	m.viewsMerged.addSource(func(add func(uint64, ...string)) { add(src().Merged) })
+	m.viewsLate.addSource(func(add func(uint64, ...string)) { add(src().Late) })
+	m.viewsOverflow.addSource(func(add func(uint64, ...string)) {
+		st := src()
+		add(st.OverflowHeld, ViewsHeld)
+		add(st.OverflowRemembered, ViewsRemembered)
+	})
+}
 
 // LogJoin counts one join attempt; result is one of the Join* constants.
 // Other values are ignored.

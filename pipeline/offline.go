@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/pqwatch/pqwatch/logjoin"
+	"github.com/pqwatch/pqwatch/merge"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
@@ -27,6 +28,9 @@ type Offline struct {
 	Done     func()
 	Stderr   io.Writer // warnings naming the input; nil: discarded
 	Stdin    io.Reader // the capture a file named "-" stands for
+	// NoMerge keeps every view of a handshake a record of its own (the
+	// merge, package merge, is on by default).
+	NoMerge bool
 }
 
 // OfflineResult says how the run went.
@@ -44,6 +48,11 @@ func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
 	}
 	sum := o.Summary
 	cfg := Config{Sinks: append([]record.Sink{sum}, o.Sinks...)}
+	if !o.NoMerge {
+		// By capture time: `tcpdump -i any` captures give one record per
+		// handshake too.
+		cfg.Merge = &merge.Config{Offline: true}
+	}
 	var batch *logjoin.BatchStage
 	if !o.Logs.Empty() {
 		cfg.Stages = append(cfg.Stages, func(next func(*record.Handshake)) Stage {
@@ -70,6 +79,11 @@ func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
 			st, err = sniffer.ReadFrom("stdin", o.Stdin, sn, prog)
 		} else {
 			st, err = sniffer.ReadFile(path, sn, prog)
+		}
+		if m := p.Merge(); m != nil {
+			// One capture's views are merged, not two files': the same
+			// capture given twice stays two captures.
+			m.Reset()
 		}
 		if o.Done != nil {
 			o.Done()

@@ -3,15 +3,22 @@
 //
 //	source (capture files, or the live agent's AF_PACKET rings)
 //	  -> sniffer (packets -> records)
+//	  -> one handshake once (package merge, Config.Merge): the views of one
+//	     handshake (before and after a node's NAT, on the uplink, the
+//	     bridge and a pod's veth) become one record; each record waits
+//	     there briefly for its twins and leaves in arrival order
 //	  -> taps: sinks that need only what the wire said (the metrics), run
-//	     on the goroutine that finished the record, while it is in cache
+//	     on the goroutine that released the record, so that they count
+//	     each handshake once
 //	  -> stages, in order, each handing the record on when it is done with
-//	     it (attribution to a server generation, the access-log join, ...)
+//	     it (attribution to a server generation, the access-log join, the
+//	     agent's join check, ...)
 //	  -> sinks (the summary, JSONL, Kafka)
 //
 // Records flow one way: no stage or sink calls back up. A stage may hold
-// records (the log join waits for their lines) and hands on what it holds
-// when flushed. Close flushes the stages, then the sinks.
+// records (the merge waits for twins, the log join for lines) and hands on
+// what it holds when flushed. Close flushes the merge, then the stages,
+// then the sinks.
 package pipeline
 
 import (
@@ -21,6 +28,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 
+	"github.com/pqwatch/pqwatch/merge"
 	"github.com/pqwatch/pqwatch/record"
 )
 
@@ -38,6 +46,10 @@ type NewStage func(next func(*record.Handshake)) Stage
 
 // Config is the shape of a pipeline.
 type Config struct {
+	// Merge, when set, is the first stage, before the taps: one record
+	// per handshake however many views of it the capture saw. Its Done
+	// defaults to the pipeline's (records merged away go there).
+	Merge  *merge.Config
 	Taps   []record.Sink
 	Stages []NewStage
 	Sinks  []record.Sink
@@ -50,6 +62,7 @@ type Config struct {
 
 // Pipeline carries records from a sniffer to its sinks.
 type Pipeline struct {
+	merge  *merge.Merger
 	taps   []record.Sink
 	stages []Stage
 	head   func(*record.Handshake)
@@ -83,16 +96,35 @@ func New(cfg Config) *Pipeline {
 		next = st.Process
 	}
 	p.head = next
+	if cfg.Merge != nil {
+		mc := *cfg.Merge
+		if mc.Done == nil {
+			mc.Done = cfg.Done
+		}
+		p.merge = merge.New(mc, p.tapped)
+	}
 	return p
 }
 
 // Record takes one record from the sniffer (its OnRecord).
 func (p *Pipeline) Record(r *record.Handshake) {
+	if p.merge != nil {
+		p.merge.Process(r)
+		return
+	}
+	p.tapped(r)
+}
+
+// tapped hands a record to the taps, then to the stages.
+func (p *Pipeline) tapped(r *record.Handshake) {
 	for _, t := range p.taps {
 		_ = t.Write(r) // taps count; they do not fail
 	}
 	p.head(r)
 }
+
+// Merge is the merge stage, nil without Config.Merge.
+func (p *Pipeline) Merge() *merge.Merger { return p.merge }
 
 // deliver hands a finished record to every sink. A sink's first failure is
 // logged; the sink counts the rest itself (Kafka) or writes nothing after
@@ -113,8 +145,11 @@ func (p *Pipeline) deliver(r *record.Handshake) {
 func (p *Pipeline) Delivered() uint64 { return p.out.Load() }
 
 // Flush hands on every record the stages hold, first stage first (what it
-// releases may wait in a later one).
+// releases may wait in a later one): the merge, then the stages.
 func (p *Pipeline) Flush() {
+	if p.merge != nil {
+		p.merge.Flush()
+	}
 	for _, st := range p.stages {
 		st.Flush()
 	}

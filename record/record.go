@@ -103,9 +103,14 @@ type Handshake struct {
 	Transport string    `json:"transport"`
 	// Client is the client's address and port. The sniffer leaves it
 	// empty when ClientAddr and ClientPort say the same (see ClientField):
-	// read it with ClientText or AppendClient.
+	// read it with ClientText or AppendClient. Frontend is the ip:port
+	// the client dialled when it differs from Server: a Service VIP, a
+	// NodePort, a LoadBalancer address. The merge of a handshake's views
+	// (package merge) sets it from the view before the node's NAT; empty
+	// when no view said otherwise.
 	Client                  string      `json:"client"`
 	Server                  string      `json:"server"`
+	Frontend                string      `json:"frontend,omitempty"`
 	SNI                     string      `json:"sni,omitempty"`
 	ALPN                    []string    `json:"alpn,omitempty"`
 	OfferedGroups           []string    `json:"offered_groups,omitempty"`
@@ -155,6 +160,35 @@ type Handshake struct {
 	FlowStart   time.Time `json:"-"`
 	OfferedIDs  []uint16  `json:"-"` // supported_groups codepoints, GREASE removed
 	KeyShareIDs []uint16  `json:"-"` // key_share codepoints, GREASE removed
+	// View is what tells this sighting of the handshake apart from a
+	// sighting of another one, and where on the path it was seen (see
+	// View): the merge of a handshake's views reads it.
+	View View `json:"-"`
+}
+
+// View identifies the handshake a record saw and says where on its path
+// the capture saw it. A node sees one handshake several times (before its
+// NAT on the uplink, after it on a bridge and a pod's veth): the views
+// share the ClientHello's random and, for TCP, the sequence number of the
+// ClientHello's first byte (NAT rewrites addresses and ports, not
+// sequence numbers), for QUIC the client's first Destination Connection
+// ID; their TTLs tell which view is nearer the server (each routing hop
+// takes one off).
+type View struct {
+	Random [32]byte // the ClientHello's random
+	// DCID is, for QUIC, the Destination Connection ID of the client's
+	// first Initial (DCIDLen bytes of it).
+	DCID    [20]byte
+	DCIDLen uint8
+	// TTL is the IPv4 TTL or IPv6 hop limit of the packet that carried
+	// the ClientHello's first byte.
+	TTL uint8
+	// Known says Random (and Seq or DCID) are filled: a ClientHello cut
+	// short before its random has no identity, and is never merged.
+	Known bool
+	// Seq is, for TCP, the sequence number of the ClientHello's first
+	// byte.
+	Seq uint32
 }
 
 // HasID says whether the record has an ID (ID or IDSeq set).

@@ -39,6 +39,7 @@ const (
 type packet struct {
 	src, dst     netip.Addr
 	proto        uint8
+	ttl          uint8 // IPv4 TTL, IPv6 hop limit
 	sport, dport uint16
 	// TCP only
 	seq, ack uint32
@@ -216,6 +217,7 @@ func decodeIPv4(b []byte, p *packet) decodeResult {
 	p.src = netip.AddrFrom4([4]byte(b[12:16]))
 	p.dst = netip.AddrFrom4([4]byte(b[16:20]))
 	p.proto = b[9]
+	p.ttl = b[8]
 	return decodeL4(b[ihl:], p)
 }
 
@@ -225,6 +227,7 @@ func decodeIPv6(b []byte, p *packet) decodeResult {
 	}
 	plen := int(binary.BigEndian.Uint16(b[4:6]))
 	next := b[6]
+	p.ttl = b[7]
 	p.src = netip.AddrFrom16([16]byte(b[8:24]))
 	p.dst = netip.AddrFrom16([16]byte(b[24:40]))
 	b = b[40:]

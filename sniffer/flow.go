@@ -149,7 +149,7 @@ func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 		// The packet's bytes are read in place while they are all the
 		// stream has (a hello in one segment, most often): only what the
 		// flow still needs afterwards is copied.
-		if st.add(seq, p.payload, ts, s.cfg.MaxStreamBytes, p.truncated, true) {
+		if st.add(seq, p.payload, ts, p.ttl, s.cfg.MaxStreamBytes, p.truncated, true) {
 			s.advance(f, d, ts)
 		}
 		st.settle(&s.pool)
@@ -308,7 +308,7 @@ func (s *Sniffer) parseRecords(f *flow, d int) {
 				// Start the record from the ClientHello's header, so a
 				// ClientHello that never completes (snaplen, capture end,
 				// reset) is still a record, with its size.
-				s.newRecord(f, handshakeLen(b[5:]))
+				s.newRecord(f, b[5:])
 			}
 			return
 		}
@@ -403,7 +403,7 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 	}
 	n := handshakeLen(b)
 	if f.rec == nil {
-		s.newRecord(f, n)
+		s.newRecord(f, b)
 	}
 	if len(b) < n {
 		return
@@ -419,6 +419,9 @@ func (s *Sniffer) clientMessages(f *flow, st *stream) {
 		return
 	}
 	s.fillClientHello(r, &s.ch, 't')
+	if !r.View.Known {
+		r.View.Known = copy(r.View.Random[:], s.ch.Random) == len(r.View.Random)
+	}
 	if len(s.ch.SessionID) <= len(f.chSID) {
 		f.chSIDLen = uint8(copy(f.chSID[:], s.ch.SessionID))
 	}
@@ -536,8 +539,11 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 	}
 }
 
-// newRecord starts the record when the first ClientHello header is seen.
-func (s *Sniffer) newRecord(f *flow, chLen int) {
+// newRecord starts the record when the first ClientHello header is seen:
+// hello is the start of the ClientHello message (its 4-byte header at
+// least; its random when it holds it).
+func (s *Sniffer) newRecord(f *flow, hello []byte) {
+	chLen := handshakeLen(hello)
 	c := int(f.clientDir)
 	client, server := f.key.lo, f.key.hi
 	if c == 1 {
@@ -568,6 +574,15 @@ func (s *Sniffer) newRecord(f *flow, chLen int) {
 		ServerAddr:       server.Addr().As16(),
 		ClientPort:       client.Port(),
 		ServerPort:       server.Port(),
+		// The ClientHello's first byte: its sequence number and the TTL
+		// of the segment that carried it identify this view of the
+		// handshake (record.View).
+		View: record.View{Seq: st.isn + uint32(st.tlsStart), TTL: st.ttlAt(st.tlsStart)},
+	}
+	// version (2 bytes), then the random (32), after the 4-byte header.
+	if len(hello) >= 4+2+32 {
+		copy(r.View.Random[:], hello[6:38])
+		r.View.Known = true
 	}
 	f.rec = r
 }

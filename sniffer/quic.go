@@ -24,6 +24,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		ServerAddr:          c.Server.Addr().As16(),
 		ClientPort:          c.Client.Port(),
 		ServerPort:          c.Server.Port(),
+		View:                record.View{DCID: c.DCID, DCIDLen: c.DCIDLen, TTL: c.TTL},
 	}
 	if len(c.ClientHello) >= 4 {
 		r.ClientHelloBytes = handshakeLen(c.ClientHello)
@@ -33,6 +34,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 			return
 		}
 		s.fillClientHello(r, &s.ch, 'q')
+		r.View.Known = copy(r.View.Random[:], s.ch.Random) == len(r.View.Random) && c.DCIDLen > 0
 	}
 	if len(c.HelloRetryRequest) >= 4 {
 		r.HRR = true

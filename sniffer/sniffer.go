@@ -258,7 +258,7 @@ func (s *Sniffer) Packet(ts time.Time, link int, data []byte) {
 		case protoUDP:
 			s.stats.UDPPackets++
 			if len(p.payload) > 0 {
-				s.quic.Datagram(ts, netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), p.payload)
+				s.quic.DatagramTTL(ts, netip.AddrPortFrom(p.src, p.sport), netip.AddrPortFrom(p.dst, p.dport), p.ttl, p.payload)
 				s.enforce()
 			}
 		}

@@ -31,11 +31,15 @@ type stream struct {
 	holes       uint8 // capture holes stepped over (bounded)
 
 	firstTS time.Time // capture time of the segment carrying offset 0
+	// firstTTL is the IP TTL (hop limit) of the segment carrying offset
+	// 0, lastTTL of the last segment that brought new bytes.
+	firstTTL, lastTTL uint8
 	// starts records the distinct stream offsets at which data segments
 	// began (bounded), to count the segments that carried a message, and
-	// startTS their capture times.
-	starts  []uint32
-	startTS []time.Time
+	// startTS and startTTL their capture times and IP TTLs.
+	starts   []uint32
+	startTS  []time.Time
+	startTTL []uint8
 	// tlsStart is the stream offset where TLS begins: 0 normally, later
 	// after a plaintext prelude (STARTTLS, CONNECT, database SSL
 	// requests); -1 while unknown.
@@ -62,6 +66,7 @@ type segment struct {
 	off  uint32
 	data []byte
 	ts   time.Time
+	ttl  uint8
 }
 
 type recSpan struct {
@@ -82,9 +87,9 @@ func (s *stream) release(pool *bufPool) {
 	if !s.hsInPlace {
 		pool.put(s.hs)
 	}
-	pend, starts, sts, rm := s.pending[:0], s.starts[:0], s.startTS[:0], s.recMap[:0]
+	pend, starts, sts, sttl, rm := s.pending[:0], s.starts[:0], s.startTS[:0], s.startTTL[:0], s.recMap[:0]
 	clear(pend[:cap(pend)]) // the segments' data goes
-	*s = stream{pending: pend, starts: starts, startTS: sts, recMap: rm, tlsStart: -1}
+	*s = stream{pending: pend, starts: starts, startTS: sts, startTTL: sttl, recMap: rm, tlsStart: -1}
 }
 
 // bufPool keeps a bounded number of bytes of freed stream buffers for new
@@ -123,8 +128,9 @@ func (p *bufPool) get() []byte {
 // mem is the buffer bytes the stream holds.
 func (s *stream) mem() int { return cap(s.buf) + cap(s.hs) + s.pendBy }
 
-// add places a data segment with sequence number seq. It reports whether
-// the contiguous prefix grew. limit caps the bytes kept per direction.
+// add places a data segment with sequence number seq, captured at ts in an
+// IP packet with TTL (hop limit) ttl. It reports whether the contiguous
+// prefix grew. limit caps the bytes kept per direction.
 //
 // Overlaps resolve one way whatever the capture order: every stream byte
 // keeps the first copy captured. A segment's bytes that the prefix or a
@@ -136,7 +142,7 @@ func (s *stream) mem() int { return cap(s.buf) + cap(s.hs) + s.pendBy }
 // With borrow, a segment that starts the empty stream with nothing pending
 // is not copied: buf is the segment itself until settle, which the caller
 // must call before data goes.
-func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated, borrow bool) bool {
+func (s *stream) add(seq uint32, data []byte, ts time.Time, ttl uint8, limit int, truncated, borrow bool) bool {
 	if len(data) == 0 {
 		return false
 	}
@@ -195,7 +201,7 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 		switch {
 		case pos == len(s.buf):
 			if pos == 0 {
-				s.firstTS = ts
+				s.firstTS, s.firstTTL = ts, ttl
 			}
 			if pos == 0 && borrow && next == end && len(s.pending) == 0 {
 				// The capacity ends with the piece: an append copies.
@@ -207,7 +213,7 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 		case s.pendBy+len(piece) > limit || len(s.pending) >= 64:
 			s.overflow = true
 		default:
-			s.pending = append(s.pending, segment{off: uint32(pos), data: append([]byte(nil), piece...), ts: ts})
+			s.pending = append(s.pending, segment{off: uint32(pos), data: append([]byte(nil), piece...), ts: ts, ttl: ttl})
 			s.pendBy += len(piece)
 		}
 		pos = next
@@ -215,9 +221,11 @@ func (s *stream) add(seq uint32, data []byte, ts time.Time, limit int, truncated
 	if !fresh {
 		return false
 	}
+	s.lastTTL = ttl
 	if len(s.starts) < maxStarts && !containsU32(s.starts, uint32(off)) {
 		s.starts = append(s.starts, uint32(off))
 		s.startTS = append(s.startTS, ts)
+		s.startTTL = append(s.startTTL, ttl)
 	}
 	if truncated {
 		s.gap = true
@@ -250,7 +258,7 @@ func (s *stream) merge() bool {
 			}
 			if e := int(sg.off) + len(sg.data); e > len(s.buf) {
 				if len(s.buf) == 0 {
-					s.firstTS = sg.ts
+					s.firstTS, s.firstTTL = sg.ts, sg.ttl
 				}
 				s.buf = append(s.buf, sg.data[len(s.buf)-int(sg.off):]...)
 				grew = true
@@ -298,7 +306,7 @@ func (s *stream) rebase(d uint32) {
 		s.lostTo += int(d)
 	}
 	if len(s.buf) > 0 {
-		s.pending = append(s.pending, segment{off: d, data: append([]byte(nil), s.buf...), ts: s.firstTS})
+		s.pending = append(s.pending, segment{off: d, data: append([]byte(nil), s.buf...), ts: s.firstTS, ttl: s.firstTTL})
 		s.pendBy += len(s.buf)
 		s.buf = s.buf[:0]
 	}
@@ -343,6 +351,20 @@ func (s *stream) tsAt(off int) time.Time {
 		}
 	}
 	return s.firstTS
+}
+
+// ttlAt is the IP TTL of the segment that began at offset off, or
+// firstTTL when it is not known (offset 0), or the last segment's.
+func (s *stream) ttlAt(off int) uint8 {
+	for i, o := range s.starts {
+		if int(o) == off {
+			return s.startTTL[i]
+		}
+	}
+	if off == 0 && !s.firstTS.IsZero() {
+		return s.firstTTL
+	}
+	return s.lastTTL
 }
 
 // findTLS looks for the start of TLS in a prefix that did not begin with

@@ -32,8 +32,9 @@ var allowed = map[string][]string{
 	"proctrack":         {"record", "internal/procfs", "internal/pollfd"},
 	"exporter":          {"record", "tlsparse", "forecast", "report"},
 	"loadgen":           {"tlsparse", "internal/procfs"},
-	"pipeline":          {"record", "report", "sniffer", "logjoin"},
-	"agent":             {"internal/memlimit", "record", "capture", "sniffer", "forecast", "logparse", "logjoin", "proctrack", "exporter", "pipeline"},
+	"merge":             {"record"},
+	"pipeline":          {"record", "report", "sniffer", "logjoin", "merge"},
+	"agent":             {"internal/memlimit", "record", "capture", "sniffer", "forecast", "logparse", "logjoin", "proctrack", "exporter", "merge", "pipeline"},
 	"demo":              {"record", "sniffer", "forecast", "report", "pcapgen", "pipeline", "agent"},
 	// cmd wires: flags -> each package's option types -> pipeline. It
 	// never reaches into proctrack or the capture rings' internals.

@@ -89,6 +89,16 @@ type Conn struct {
 	// MemoryEvicted is true when EvictOldest dropped the connection to
 	// stay within a memory budget: pqwatch's loss, not the server's.
 	MemoryEvicted bool
+	// DCID is the Destination Connection ID of the client's first Initial
+	// (DCIDLen bytes): with the ClientHello's random it identifies the
+	// connection in every view of it (NAT changes addresses, not the
+	// DCID).
+	DCID    [MaxCIDLen]byte
+	DCIDLen uint8
+	// TTL is the IP TTL (hop limit) of the datagram that carried byte 0
+	// of the client's CRYPTO stream (DatagramTTL), or of the first one
+	// that carried ClientHello bytes when byte 0 was never captured.
+	TTL uint8
 }
 
 // minClientHello is the smallest ClientHello message, header included:
@@ -123,6 +133,7 @@ type conn struct {
 	// chFirstSeen is when the first ClientHello bytes (any offset) were
 	// captured: FirstTS when byte 0 itself was never captured.
 	chFirstSeen time.Time
+	chFirstTTL  uint8
 	chDone      bool
 	chDead      bool // can never complete (overflow, not a ClientHello)
 	chNotHello  bool // the client handshake stream is not a ClientHello: no record
@@ -188,6 +199,8 @@ type ConnTable struct {
 	cacheDCID    [MaxCIDLen]byte
 	cacheLen     int
 	cacheKeys    [2]*Keys
+
+	ttl uint8 // of the datagram being handled (DatagramTTL)
 }
 
 // NewConnTable returns a ConnTable; zero Config fields take their defaults.
@@ -250,6 +263,14 @@ func (t *ConnTable) lookup(src, dst netip.AddrPort) (*conn, int) {
 // analysis needs no Expire calls; live capture should still call Expire on a
 // wall-clock ticker for quiet periods.
 func (t *ConnTable) Datagram(ts time.Time, src, dst netip.AddrPort, payload []byte) {
+	t.DatagramTTL(ts, src, dst, 0, payload)
+}
+
+// DatagramTTL is Datagram for a datagram whose IP packet had TTL (hop
+// limit) ttl: the connection's Conn.TTL is the one of its ClientHello's
+// first bytes.
+func (t *ConnTable) DatagramTTL(ts time.Time, src, dst netip.AddrPort, ttl uint8, payload []byte) {
+	t.ttl = ttl
 	t.stats[statDatagrams]++
 	if ts.Sub(t.lastExpire) >= t.cfg.Timeout/4 || ts.Before(t.lastExpire) {
 		t.Expire(ts)
@@ -343,7 +364,7 @@ func (t *ConnTable) initial(ts time.Time, src, dst netip.AddrPort, c *conn, dir 
 		if !ok {
 			return nil, 0
 		}
-		c = t.newConn(ts, flowKey{src, dst}, h.Version, keys)
+		c = t.newConn(ts, flowKey{src, dst}, h.Version, h.DCID, keys)
 		c.largest[dirClient] = pn
 		t.frames(c, dirClient, ts, plain)
 		return c, dirClient
@@ -402,7 +423,7 @@ func (t *ConnTable) initial(ts time.Time, src, dst netip.AddrPort, c *conn, dir 
 	// plaintext lives in t.buf, which neither deliver nor newConn touches.
 	t.deliver(c)
 	t.remove(c)
-	c = t.newConn(ts, flowKey{src, dst}, h.Version, keys)
+	c = t.newConn(ts, flowKey{src, dst}, h.Version, h.DCID, keys)
 	c.largest[dirClient] = pn
 	t.frames(c, dirClient, ts, plain)
 	return c, dirClient
@@ -451,7 +472,7 @@ func (t *ConnTable) derive(version uint32, dcid []byte) [2]*Keys {
 	return t.cacheKeys
 }
 
-func (t *ConnTable) newConn(ts time.Time, key flowKey, version uint32, keys [2]*Keys) *conn {
+func (t *ConnTable) newConn(ts time.Time, key flowKey, version uint32, dcid []byte, keys [2]*Keys) *conn {
 	t.cacheLen = -1 // the cached keys now belong to the connection
 	for len(t.conns) >= t.cfg.MaxConns && t.head != nil {
 		old := t.head
@@ -466,6 +487,7 @@ func (t *ConnTable) newConn(ts time.Time, key flowKey, version uint32, keys [2]*
 		keys:    keys,
 		largest: [2]int64{-1, -1},
 	}
+	c.pub.DCIDLen = uint8(copy(c.pub.DCID[:], dcid))
 	c.streams[dirClient].limit = t.cfg.MaxCryptoBytes
 	c.streams[dirServer].limit = t.cfg.MaxCryptoBytes
 	t.conns[key] = c
@@ -507,10 +529,10 @@ func (t *ConnTable) frames(c *conn, dir int, ts time.Time, plain []byte) {
 			if dir == dirClient {
 				c.chStarted = true
 				if f.Offset == 0 && c.pub.FirstTS.IsZero() {
-					c.pub.FirstTS = ts
+					c.pub.FirstTS, c.pub.TTL = ts, t.ttl
 				}
 				if c.chFirstSeen.IsZero() {
-					c.chFirstSeen = ts
+					c.chFirstSeen, c.chFirstTTL = ts, t.ttl
 				}
 			} else if c.pub.ServerHelloTS.IsZero() {
 				c.pub.ServerHelloTS = ts
@@ -639,7 +661,7 @@ func (t *ConnTable) deliver(c *conn) {
 	c.pub = nil
 	p.ClientHelloTruncated = p.ClientHelloStarted && !c.chDone
 	if p.FirstTS.IsZero() {
-		p.FirstTS = c.chFirstSeen
+		p.FirstTS, p.TTL = c.chFirstSeen, c.chFirstTTL
 	}
 	c.streams[dirClient].release()
 	c.streams[dirServer].release()

@@ -1,0 +1,512 @@
+// Package merge makes one record of the views of one handshake: the stage
+// right after the sniffer, before the taps (metrics) and every other stage.
+//
+// A node sees a handshake several times. Before kube-proxy's DNAT the
+// client's packets cross the uplink addressed to a Service or Node address
+// (10.198.0.2:443); after it they cross the CNI bridge and the pod's veth
+// addressed to the pod (10.199.0.2:8443). Capturing on several interfaces
+// (or -iface any) each sighting becomes a record of its own, and every
+// count doubles or triples. The views share what NAT leaves alone: the
+// ClientHello's random and, for TCP, the sequence number of its first byte
+// (DNAT and SNAT/masquerade rewrite addresses and ports, never sequence
+// numbers), for QUIC the client's first Destination Connection ID
+// (record.View). Each routing hop takes one off the IP TTL: the view with
+// the lowest TTL is the one nearest the server.
+//
+// Records with the same identity (same transport, random and sequence
+// number or DCID) whose ts lie within Window of each other are one
+// handshake. Each record is held for Hold waiting for its twins, then
+// released in arrival order (FIFO: a capture on one interface, where
+// nothing merges, gives the same records in the same order). The record
+// released is the server's view (the lowest TTL: its server, outcome and
+// ServerHello facts), with ts the earliest sighting, client from the view
+// farthest from the server (with SNAT the server's view has the node's
+// address; the client's side has the real client) and Frontend that
+// view's server when it differs (the address the client dialled). Views
+// with the same TTL collapse into the first. A twin that comes after its
+// first sighting was released (within Remember) is dropped and counted,
+// never a second record. A ClientHello replayed or copied on another
+// connection (another sequence number, or outside Window) stays a record
+// of its own: a stranger cannot hide handshakes by replaying one.
+//
+// Live, wall time drives the stage (a timer releases what is held);
+// offline, the records' own capture times do: a watermark, the latest
+// record time seen (ts plus the handshake's RTT), releases what arrived
+// more than Hold before it, and Flush releases everything.
+package merge
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+const (
+	// Window is how far apart the sightings of one ClientHello may be.
+	// The copies of one packet cross the uplink, the bridge and the veth
+	// in the kernel's forwarding path, microseconds apart (the test
+	// fixture's DNAT through a bridge: tens of microseconds); 5 ms also
+	// covers captures whose timestamps are taken per ring block or on
+	// another CPU, and is still far shorter than a client's
+	// retransmission timeout (200 ms at least), so a retransmitted or
+	// replayed ClientHello on another connection is never within it.
+	Window = 5 * time.Millisecond
+	// Hold is how long a record waits for its twins. The views of a
+	// completed handshake finish on the same ServerHello crossing both
+	// interfaces (microseconds apart, plus the time the capture workers
+	// take to reach it: a ring block, up to its timeout); 30 ms covers
+	// that and costs only that much latency on the way to the sinks.
+	// Records that end by expiry (timeout) are finished by housekeeping,
+	// each worker's flows in turn, most often within the same run; when
+	// not, a second apart, Remember catches the twin.
+	Hold = 30 * time.Millisecond
+	// Remember is how long an identity is remembered once its record was
+	// released: a twin that comes later (a timeout its worker expired a
+	// housekeeping second after the other) is dropped as late.
+	Remember = 2 * time.Second
+	// DefaultMaxHeld bounds the records held: 8192 in 30 ms is some
+	// 270,000 handshakes a second. Beyond it the oldest leaves at once
+	// (counted as overflow held).
+	DefaultMaxHeld = 8192
+	// DefaultMaxRemembered bounds the identities remembered (some 40
+	// bytes each, 2.6 MB in all): 65,536 in 2 s is 32,000 handshakes a
+	// second. Beyond it the oldest memory goes (counted as overflow
+	// remembered): its late twin would become a record of its own.
+	DefaultMaxRemembered = 1 << 16
+)
+
+// Config is the shape of a merge stage. Zero values take the defaults.
+type Config struct {
+	Window, Hold, Remember time.Duration
+	MaxHeld, MaxRemembered int
+	// Offline: the records' capture times drive the stage (a watermark);
+	// else wall time, and a timer releases what is held.
+	Offline bool
+	// Now is the wall clock (tests); nil: time.Now.
+	Now func() time.Time
+	// Done receives each record merged into another (or dropped as a late
+	// twin) once its fields were copied: it never reaches the sinks, and
+	// Done may reuse its memory (pipeline.Config.Done).
+	Done func(*record.Handshake)
+}
+
+// Stats counts what the stage did.
+type Stats struct {
+	Merged             uint64 // records merged into another's
+	Late               uint64 // late twins dropped
+	OverflowHeld       uint64 // records released before their hold: too many held
+	OverflowRemembered uint64 // identities forgotten before Remember: too many remembered
+	Held               int    // records held now
+	Remembered         int    // identities remembered now
+}
+
+// key is a handshake's identity.
+type key struct {
+	random    [32]byte
+	dcid      [20]byte
+	seq       uint32
+	dcidLen   uint8
+	transport uint8
+}
+
+// entry is one handshake held: the view nearest the server, and what the
+// record takes from the one farthest from it.
+type entry struct {
+	r   *record.Handshake // the view with the lowest TTL: the record released
+	k   key
+	has bool      // k is known (record.View.Known)
+	at  time.Time // arrival, on the stage's clock
+	ts  time.Time // the earliest sighting
+	// The view with the highest TTL, when higher than r's.
+	hi           bool
+	hiTTL        uint8
+	hiClient     string
+	hiClientAddr [16]byte
+	hiClientPort uint16
+	hiServer     string
+}
+
+// memo is an identity released: its earliest sighting and until when it is
+// remembered (UnixNano, on the stage's clock).
+type memo struct{ ts, until int64 }
+
+type memoAt struct {
+	h     uint64
+	until int64
+}
+
+// Merger is the stage. It is safe for concurrent use: the live agent's
+// capture workers hand it records from several goroutines (the views of
+// one handshake, under other addresses, go to other workers).
+type Merger struct {
+	cfg  Config
+	next func(*record.Handshake)
+	done func(*record.Handshake)
+	seed maphash.Seed
+
+	out   sync.Mutex          // held while records leave: they leave in order
+	batch []*record.Handshake // under out
+
+	mu    sync.Mutex
+	q     ring[*entry] // held, in arrival order
+	held  map[key]*entry
+	mem   map[uint64]memo // by a keyed hash of the identity
+	memQ  ring[memoAt]    // remembered identities, oldest first
+	free  []*entry
+	wm    time.Time // offline: the watermark
+	timer *time.Timer
+	armed bool
+
+	merged, late, overHeld, overMem atomic.Uint64
+}
+
+// New builds a stage that hands its records to next.
+func New(cfg Config, next func(*record.Handshake)) *Merger {
+	if cfg.Window <= 0 {
+		cfg.Window = Window
+	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = Hold
+	}
+	if cfg.Remember <= 0 {
+		cfg.Remember = Remember
+	}
+	if cfg.MaxHeld <= 0 {
+		cfg.MaxHeld = DefaultMaxHeld
+	}
+	if cfg.MaxRemembered <= 0 {
+		cfg.MaxRemembered = DefaultMaxRemembered
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	m := &Merger{cfg: cfg, next: next, done: cfg.Done, seed: maphash.MakeSeed(),
+		held: make(map[key]*entry), mem: make(map[uint64]memo)}
+	if m.done == nil {
+		m.done = func(*record.Handshake) {}
+	}
+	return m
+}
+
+// Stats returns the counters.
+func (m *Merger) Stats() Stats {
+	m.mu.Lock()
+	held, remembered := m.q.len(), len(m.mem)
+	m.mu.Unlock()
+	return Stats{Merged: m.merged.Load(), Late: m.late.Load(), OverflowHeld: m.overHeld.Load(),
+		OverflowRemembered: m.overMem.Load(), Held: held, Remembered: remembered}
+}
+
+func keyOf(r *record.Handshake) (key, bool) {
+	v := &r.View
+	if !v.Known {
+		return key{}, false
+	}
+	k := key{random: v.Random, seq: v.Seq}
+	switch r.Transport {
+	case record.TransportTCP:
+		k.transport = 1
+	case record.TransportQUIC:
+		k.transport = 2
+		k.seq = 0
+		k.dcid, k.dcidLen = v.DCID, v.DCIDLen
+	default:
+		return key{}, false
+	}
+	return k, true
+}
+
+func (m *Merger) hash(k *key) uint64 {
+	var b [32 + 20 + 4 + 2]byte
+	copy(b[:32], k.random[:])
+	copy(b[32:52], k.dcid[:])
+	b[52], b[53], b[54], b[55] = byte(k.seq>>24), byte(k.seq>>16), byte(k.seq>>8), byte(k.seq)
+	b[56], b[57] = k.dcidLen, k.transport
+	return maphash.Bytes(m.seed, b[:])
+}
+
+func within(a, b time.Time, w time.Duration) bool {
+	d := a.Sub(b)
+	return d <= w && d >= -w
+}
+
+// recordTime is when the sniffer finished r, as far as r tells: its
+// ServerHello, else its ClientHello.
+func recordTime(r *record.Handshake) time.Time {
+	return r.TS.Add(time.Duration(r.HandshakeRTTMicros) * time.Microsecond)
+}
+
+// clock is the stage's time now (under mu); r, when set, is the record
+// arriving, whose time moves the offline watermark on.
+func (m *Merger) clock(r *record.Handshake) time.Time {
+	if !m.cfg.Offline {
+		return m.cfg.Now()
+	}
+	if r != nil {
+		if t := recordTime(r); t.After(m.wm) {
+			m.wm = t
+		}
+	}
+	return m.wm
+}
+
+// Process takes a record from the sniffer.
+func (m *Merger) Process(r *record.Handshake) {
+	k, has := keyOf(r)
+	m.mu.Lock()
+	now := m.clock(r)
+	m.forget(now)
+	if has {
+		if e := m.held[k]; e != nil && within(r.TS, e.ts, m.cfg.Window) {
+			gone := m.merge(e, r)
+			m.merged.Add(1)
+			m.mu.Unlock()
+			m.done(gone)
+			return
+		}
+		if len(m.mem) > 0 {
+			if mm, ok := m.mem[m.hash(&k)]; ok && within(r.TS, time.Unix(0, mm.ts), m.cfg.Window) {
+				m.late.Add(1)
+				m.mu.Unlock()
+				m.done(r)
+				return
+			}
+		}
+	}
+	e := m.newEntry()
+	*e = entry{r: r, k: k, has: has, at: now, ts: r.TS}
+	m.q.push(e)
+	if has {
+		m.held[k] = e
+	}
+	ready := m.ready(now)
+	m.arm(now)
+	m.mu.Unlock()
+	if ready {
+		m.drain(false)
+	}
+}
+
+// merge takes view r into e and returns the record no longer needed.
+func (m *Merger) merge(e *entry, r *record.Handshake) *record.Handshake {
+	if r.TS.Before(e.ts) {
+		e.ts = r.TS
+	}
+	ttl := r.View.TTL
+	if ttl > e.r.View.TTL && (!e.hi || ttl > e.hiTTL) {
+		e.setHi(r)
+	}
+	if ttl < e.r.View.TTL {
+		// r is nearer the server: it is the record now.
+		old := e.r
+		if !e.hi {
+			e.setHi(old)
+		}
+		e.r = r
+		return old
+	}
+	return r
+}
+
+// setHi keeps what the record takes from the view farthest from the
+// server: strings and scalars only, since the record goes back to Done.
+func (e *entry) setHi(r *record.Handshake) {
+	e.hi, e.hiTTL = true, r.View.TTL
+	e.hiClient, e.hiClientAddr, e.hiClientPort = r.Client, r.ClientAddr, r.ClientPort
+	e.hiServer = r.Server
+}
+
+// ready says whether the oldest record held may leave (under mu).
+func (m *Merger) ready(now time.Time) bool {
+	e, ok := m.q.peek()
+	return ok && (m.q.len() > m.cfg.MaxHeld || m.due(e, now))
+}
+
+func (m *Merger) due(e *entry, now time.Time) bool {
+	if m.cfg.Offline {
+		return now.Sub(e.at) > m.cfg.Hold
+	}
+	return now.Sub(e.at) >= m.cfg.Hold
+}
+
+// arm sets the timer, live, for the oldest record held (under mu).
+func (m *Merger) arm(now time.Time) {
+	if m.cfg.Offline || m.armed {
+		return
+	}
+	e, ok := m.q.peek()
+	if !ok {
+		return
+	}
+	d := max(e.at.Add(m.cfg.Hold).Sub(now), 0)
+	if m.timer == nil {
+		m.timer = time.AfterFunc(d, m.tick)
+	} else {
+		m.timer.Reset(d)
+	}
+	m.armed = true
+}
+
+func (m *Merger) tick() {
+	m.mu.Lock()
+	m.armed = false
+	m.mu.Unlock()
+	m.drain(false)
+}
+
+// Flush releases every record held, in order.
+func (m *Merger) Flush() { m.drain(true) }
+
+// Reset releases every record held and forgets every identity and, offline,
+// the watermark: another capture begins (analyze's next file), whose
+// records are no twins of the last one's.
+func (m *Merger) Reset() {
+	m.drain(true)
+	m.mu.Lock()
+	clear(m.mem)
+	m.memQ = ring[memoAt]{}
+	m.wm = time.Time{}
+	m.mu.Unlock()
+}
+
+// drain releases, in arrival order, the records whose hold is over (all
+// with flush) and hands them on.
+func (m *Merger) drain(flush bool) {
+	m.out.Lock()
+	m.mu.Lock()
+	now := m.clock(nil)
+	for {
+		e, ok := m.q.peek()
+		if !ok {
+			break
+		}
+		over := m.q.len() > m.cfg.MaxHeld
+		if !flush && !over && !m.due(e, now) {
+			break
+		}
+		if over && !m.due(e, now) {
+			m.overHeld.Add(1)
+		}
+		m.q.pop()
+		m.batch = append(m.batch, m.release(e, now))
+	}
+	if flush && m.timer != nil {
+		m.timer.Stop()
+		m.armed = false
+	} else {
+		m.arm(now)
+	}
+	m.mu.Unlock()
+	for i, r := range m.batch {
+		m.next(r)
+		m.batch[i] = nil
+	}
+	m.batch = m.batch[:0]
+	m.out.Unlock()
+}
+
+// release finishes a held entry's record and remembers its identity
+// (under mu).
+func (m *Merger) release(e *entry, now time.Time) *record.Handshake {
+	r := e.r
+	r.TS = e.ts
+	if e.hi && e.hiTTL > r.View.TTL {
+		if e.hiServer != r.Server {
+			r.Frontend = e.hiServer
+		}
+		r.Client, r.ClientAddr, r.ClientPort = e.hiClient, e.hiClientAddr, e.hiClientPort
+	}
+	if e.has {
+		if m.held[e.k] == e {
+			delete(m.held, e.k)
+		}
+		m.remember(&e.k, e.ts, now)
+	}
+	*e = entry{}
+	if len(m.free) < 64 {
+		m.free = append(m.free, e)
+	}
+	return r
+}
+
+func (m *Merger) newEntry() *entry {
+	if n := len(m.free); n > 0 {
+		e := m.free[n-1]
+		m.free = m.free[:n-1]
+		return e
+	}
+	return new(entry)
+}
+
+// remember keeps a released identity for Remember (under mu).
+func (m *Merger) remember(k *key, ts, now time.Time) {
+	if m.memQ.len() >= m.cfg.MaxRemembered {
+		old, _ := m.memQ.pop()
+		if mm, ok := m.mem[old.h]; ok && mm.until == old.until {
+			delete(m.mem, old.h)
+			m.overMem.Add(1)
+		}
+	}
+	h := m.hash(k)
+	until := now.Add(m.cfg.Remember).UnixNano()
+	m.mem[h] = memo{ts: ts.UnixNano(), until: until}
+	m.memQ.push(memoAt{h: h, until: until})
+}
+
+// forget drops the identities remembered past their time (under mu).
+func (m *Merger) forget(now time.Time) {
+	t := now.UnixNano()
+	for {
+		old, ok := m.memQ.peek()
+		if !ok || old.until > t {
+			return
+		}
+		m.memQ.pop()
+		if mm, ok := m.mem[old.h]; ok && mm.until == old.until {
+			delete(m.mem, old.h)
+		}
+	}
+}
+
+// ring is a FIFO queue over a slice that grows by doubling.
+type ring[T any] struct {
+	buf        []T
+	head, size int
+}
+
+func (r *ring[T]) len() int { return r.size }
+
+func (r *ring[T]) push(v T) {
+	if r.size == len(r.buf) {
+		n := make([]T, max(16, 2*len(r.buf)))
+		for i := range r.size {
+			n[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = n, 0
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = v
+	r.size++
+}
+
+func (r *ring[T]) peek() (T, bool) {
+	if r.size == 0 {
+		var zero T
+		return zero, false
+	}
+	return r.buf[r.head], true
+}
+
+func (r *ring[T]) pop() (T, bool) {
+	var zero T
+	if r.size == 0 {
+		return zero, false
+	}
+	v := r.buf[r.head]
+	r.buf[r.head] = zero
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return v, true
+}
