@@ -117,6 +117,7 @@ type key struct {
 type entry struct {
 	r   *record.Handshake // the view with the lowest TTL: the record released
 	k   key
+	h   uint64    // k's keyed hash
 	has bool      // k is known (record.View.Known)
 	at  time.Time // arrival, on the stage's clock
 	ts  time.Time // the earliest sighting
@@ -151,10 +152,10 @@ type Merger struct {
 	batch []*record.Handshake // under out
 
 	mu    sync.Mutex
-	q     ring[*entry] // held, in arrival order
-	held  map[key]*entry
-	mem   map[uint64]memo // by a keyed hash of the identity
-	memQ  ring[memoAt]    // remembered identities, oldest first
+	q     ring[*entry]      // held, in arrival order
+	held  map[uint64]*entry // by the keyed hash of the identity (the entry has it whole)
+	mem   map[uint64]memo   // by the keyed hash of the identity
+	memQ  ring[memoAt]      // remembered identities, oldest first
 	free  []*entry
 	wm    time.Time // offline: the watermark
 	timer *time.Timer
@@ -184,7 +185,7 @@ func New(cfg Config, next func(*record.Handshake)) *Merger {
 		cfg.Now = time.Now
 	}
 	m := &Merger{cfg: cfg, next: next, done: cfg.Done, seed: maphash.MakeSeed(),
-		held: make(map[key]*entry), mem: make(map[uint64]memo)}
+		held: make(map[uint64]*entry), mem: make(map[uint64]memo)}
 	if m.done == nil {
 		m.done = func(*record.Handshake) {}
 	}
@@ -256,11 +257,15 @@ func (m *Merger) clock(r *record.Handshake) time.Time {
 // Process takes a record from the sniffer.
 func (m *Merger) Process(r *record.Handshake) {
 	k, has := keyOf(r)
+	var h uint64
+	if has {
+		h = m.hash(&k)
+	}
 	m.mu.Lock()
 	now := m.clock(r)
 	m.forget(now)
 	if has {
-		if e := m.held[k]; e != nil && within(r.TS, e.ts, m.cfg.Window) {
+		if e := m.held[h]; e != nil && e.k == k && within(r.TS, e.ts, m.cfg.Window) {
 			gone := m.merge(e, r)
 			m.merged.Add(1)
 			m.mu.Unlock()
@@ -268,7 +273,7 @@ func (m *Merger) Process(r *record.Handshake) {
 			return
 		}
 		if len(m.mem) > 0 {
-			if mm, ok := m.mem[m.hash(&k)]; ok && within(r.TS, time.Unix(0, mm.ts), m.cfg.Window) {
+			if mm, ok := m.mem[h]; ok && within(r.TS, time.Unix(0, mm.ts), m.cfg.Window) {
 				m.late.Add(1)
 				m.mu.Unlock()
 				m.done(r)
@@ -277,10 +282,10 @@ func (m *Merger) Process(r *record.Handshake) {
 		}
 	}
 	e := m.newEntry()
-	*e = entry{r: r, k: k, has: has, at: now, ts: r.TS}
+	*e = entry{r: r, k: k, h: h, has: has, at: now, ts: r.TS}
 	m.q.push(e)
 	if has {
-		m.held[k] = e
+		m.held[h] = e
 	}
 	ready := m.ready(now)
 	m.arm(now)
@@ -420,10 +425,10 @@ func (m *Merger) release(e *entry, now time.Time) *record.Handshake {
 		r.Client, r.ClientAddr, r.ClientPort = e.hiClient, e.hiClientAddr, e.hiClientPort
 	}
 	if e.has {
-		if m.held[e.k] == e {
-			delete(m.held, e.k)
+		if m.held[e.h] == e {
+			delete(m.held, e.h)
 		}
-		m.remember(&e.k, e.ts, now)
+		m.remember(e.h, e.ts, now)
 	}
 	*e = entry{}
 	if len(m.free) < 64 {
@@ -442,7 +447,7 @@ func (m *Merger) newEntry() *entry {
 }
 
 // remember keeps a released identity for Remember (under mu).
-func (m *Merger) remember(k *key, ts, now time.Time) {
+func (m *Merger) remember(h uint64, ts, now time.Time) {
 	if m.memQ.len() >= m.cfg.MaxRemembered {
 		old, _ := m.memQ.pop()
 		if mm, ok := m.mem[old.h]; ok && mm.until == old.until {
@@ -450,7 +455,6 @@ func (m *Merger) remember(k *key, ts, now time.Time) {
 			m.overMem.Add(1)
 		}
 	}
-	h := m.hash(k)
 	until := now.Add(m.cfg.Remember).UnixNano()
 	m.mem[h] = memo{ts: ts.UnixNano(), until: until}
 	m.memQ.push(memoAt{h: h, until: until})
