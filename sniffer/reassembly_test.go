@@ -9,6 +9,7 @@ package sniffer_test
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -262,6 +263,7 @@ type capture struct {
 	mss      [2]uint16 // MSS option in each direction's SYN (0: none)
 	tsOpt    bool      // timestamp option on every segment
 	snap     int       // snaplen: frames are cut to this many bytes (0: none)
+	ttl      uint8     // IP TTL (hop limit) of the next frames (0: 64)
 	stream   [2][]byte
 	sent     [2]int // highest stream offset sent, for FIN/RST sequence numbers
 	now      time.Time
@@ -301,12 +303,12 @@ func (c *capture) frame(dir int, seq uint32, flags uint8, payload []byte) time.T
 	var ip gopacket.SerializableLayer
 	if c.v6 {
 		eth.EthernetType = layers.EthernetTypeIPv6
-		l := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
+		l := &layers.IPv6{Version: 6, HopLimit: cmp.Or(c.ttl, 64), NextHeader: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice()}
 		_ = tcp.SetNetworkLayerForChecksum(l)
 		ip = l
 	} else {
 		eth.EthernetType = layers.EthernetTypeIPv4
-		l := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice(), Flags: layers.IPv4DontFragment}
+		l := &layers.IPv4{Version: 4, TTL: cmp.Or(c.ttl, 64), Protocol: layers.IPProtocolTCP, SrcIP: src.Addr().AsSlice(), DstIP: dst.Addr().AsSlice(), Flags: layers.IPv4DontFragment}
 		_ = tcp.SetNetworkLayerForChecksum(l)
 		ip = l
 	}
