@@ -152,12 +152,11 @@ type Merger struct {
 	batch []*record.Handshake // under out
 
 	mu    sync.Mutex
-	q     ring[*entry]      // held, in arrival order
-	held  map[uint64]*entry // by the keyed hash of the identity (the entry has it whole)
+	q     ring[entry]       // held, in arrival order
+	held  map[uint64]uint64 // q's index by the keyed hash of the identity (the entry has it whole)
 	mem   map[uint64]memo   // by the keyed hash of the identity
 	memQ  ring[memoAt]      // remembered identities, oldest first
-	free  []*entry
-	wm    time.Time // offline: the watermark
+	wm    time.Time         // offline: the watermark
 	timer *time.Timer
 	armed bool
 
@@ -185,7 +184,7 @@ func New(cfg Config, next func(*record.Handshake)) *Merger {
 		cfg.Now = time.Now
 	}
 	m := &Merger{cfg: cfg, next: next, done: cfg.Done, seed: maphash.MakeSeed(),
-		held: make(map[uint64]*entry), mem: make(map[uint64]memo)}
+		held: make(map[uint64]uint64), mem: make(map[uint64]memo)}
 	if m.done == nil {
 		m.done = func(*record.Handshake) {}
 	}
@@ -265,12 +264,14 @@ func (m *Merger) Process(r *record.Handshake) {
 	now := m.clock(r)
 	m.forget(now)
 	if has {
-		if e := m.held[h]; e != nil && e.k == k && within(r.TS, e.ts, m.cfg.Window) {
-			gone := m.merge(e, r)
-			m.merged.Add(1)
-			m.mu.Unlock()
-			m.done(gone)
-			return
+		if i, ok := m.held[h]; ok {
+			if e := m.q.at(i); e != nil && e.k == k && within(r.TS, e.ts, m.cfg.Window) {
+				gone := m.merge(e, r)
+				m.merged.Add(1)
+				m.mu.Unlock()
+				m.done(gone)
+				return
+			}
 		}
 		if len(m.mem) > 0 {
 			if mm, ok := m.mem[h]; ok && within(r.TS, time.Unix(0, mm.ts), m.cfg.Window) {
@@ -281,11 +282,9 @@ func (m *Merger) Process(r *record.Handshake) {
 			}
 		}
 	}
-	e := m.newEntry()
-	*e = entry{r: r, k: k, h: h, has: has, at: now, ts: r.TS}
-	m.q.push(e)
+	i := m.q.push(entry{r: r, k: k, h: h, has: has, at: now, ts: r.TS})
 	if has {
-		m.held[h] = e
+		m.held[h] = i
 	}
 	ready := m.ready(now)
 	m.arm(now)
@@ -326,8 +325,8 @@ func (e *entry) setHi(r *record.Handshake) {
 
 // ready says whether the oldest record held may leave (under mu).
 func (m *Merger) ready(now time.Time) bool {
-	e, ok := m.q.peek()
-	return ok && (m.q.len() > m.cfg.MaxHeld || m.due(e, now))
+	e := m.q.peek()
+	return e != nil && (m.q.len() > m.cfg.MaxHeld || m.due(e, now))
 }
 
 func (m *Merger) due(e *entry, now time.Time) bool {
@@ -342,8 +341,8 @@ func (m *Merger) arm(now time.Time) {
 	if m.cfg.Offline || m.armed {
 		return
 	}
-	e, ok := m.q.peek()
-	if !ok {
+	e := m.q.peek()
+	if e == nil {
 		return
 	}
 	d := max(e.at.Add(m.cfg.Hold).Sub(now), 0)
@@ -384,8 +383,8 @@ func (m *Merger) drain(flush bool) {
 	m.mu.Lock()
 	now := m.clock(nil)
 	for {
-		e, ok := m.q.peek()
-		if !ok {
+		e := m.q.peek()
+		if e == nil {
 			break
 		}
 		over := m.q.len() > m.cfg.MaxHeld
@@ -395,8 +394,8 @@ func (m *Merger) drain(flush bool) {
 		if over && !m.due(e, now) {
 			m.overHeld.Add(1)
 		}
+		m.batch = append(m.batch, m.release(e, m.q.first, now))
 		m.q.pop()
-		m.batch = append(m.batch, m.release(e, now))
 	}
 	if flush && m.timer != nil {
 		m.timer.Stop()
@@ -413,9 +412,9 @@ func (m *Merger) drain(flush bool) {
 	m.out.Unlock()
 }
 
-// release finishes a held entry's record and remembers its identity
-// (under mu).
-func (m *Merger) release(e *entry, now time.Time) *record.Handshake {
+// release finishes the record of the held entry e, q's i-th, and
+// remembers its identity (under mu).
+func (m *Merger) release(e *entry, i uint64, now time.Time) *record.Handshake {
 	r := e.r
 	r.TS = e.ts
 	if e.hi && e.hiTTL > r.View.TTL {
@@ -425,31 +424,19 @@ func (m *Merger) release(e *entry, now time.Time) *record.Handshake {
 		r.Client, r.ClientAddr, r.ClientPort = e.hiClient, e.hiClientAddr, e.hiClientPort
 	}
 	if e.has {
-		if m.held[e.h] == e {
+		if j, ok := m.held[e.h]; ok && j == i {
 			delete(m.held, e.h)
 		}
 		m.remember(e.h, e.ts, now)
 	}
-	*e = entry{}
-	if len(m.free) < 64 {
-		m.free = append(m.free, e)
-	}
 	return r
-}
-
-func (m *Merger) newEntry() *entry {
-	if n := len(m.free); n > 0 {
-		e := m.free[n-1]
-		m.free = m.free[:n-1]
-		return e
-	}
-	return new(entry)
 }
 
 // remember keeps a released identity for Remember (under mu).
 func (m *Merger) remember(h uint64, ts, now time.Time) {
 	if m.memQ.len() >= m.cfg.MaxRemembered {
-		old, _ := m.memQ.pop()
+		old := *m.memQ.peek()
+		m.memQ.pop()
 		if mm, ok := m.mem[old.h]; ok && mm.until == old.until {
 			delete(m.mem, old.h)
 			m.overMem.Add(1)
@@ -464,10 +451,11 @@ func (m *Merger) remember(h uint64, ts, now time.Time) {
 func (m *Merger) forget(now time.Time) {
 	t := now.UnixNano()
 	for {
-		old, ok := m.memQ.peek()
-		if !ok || old.until > t {
+		p := m.memQ.peek()
+		if p == nil || p.until > t {
 			return
 		}
+		old := *p
 		m.memQ.pop()
 		if mm, ok := m.mem[old.h]; ok && mm.until == old.until {
 			delete(m.mem, old.h)
@@ -475,42 +463,51 @@ func (m *Merger) forget(now time.Time) {
 	}
 }
 
-// ring is a FIFO queue over a slice that grows by doubling.
+// ring is a FIFO queue over a slice that grows by doubling. Its elements
+// keep their index while they are in it (the i-th pushed is at
+// buf[i%len(buf)]), so that a map can point into it.
 type ring[T any] struct {
-	buf        []T
-	head, size int
+	buf   []T
+	first uint64 // the index of the oldest element
+	size  int
 }
 
 func (r *ring[T]) len() int { return r.size }
 
-func (r *ring[T]) push(v T) {
+// push appends v and returns its index.
+func (r *ring[T]) push(v T) uint64 {
 	if r.size == len(r.buf) {
 		n := make([]T, max(16, 2*len(r.buf)))
-		for i := range r.size {
-			n[i] = r.buf[(r.head+i)%len(r.buf)]
+		for i := r.first; i < r.first+uint64(r.size); i++ {
+			n[i%uint64(len(n))] = r.buf[i%uint64(len(r.buf))]
 		}
-		r.buf, r.head = n, 0
+		r.buf = n
 	}
-	r.buf[(r.head+r.size)%len(r.buf)] = v
+	i := r.first + uint64(r.size)
+	r.buf[i%uint64(len(r.buf))] = v
 	r.size++
+	return i
 }
 
-func (r *ring[T]) peek() (T, bool) {
-	if r.size == 0 {
-		var zero T
-		return zero, false
+// at is the element of index i, nil when it is no longer (or not yet) in
+// the ring.
+func (r *ring[T]) at(i uint64) *T {
+	if i < r.first || i >= r.first+uint64(r.size) {
+		return nil
 	}
-	return r.buf[r.head], true
+	return &r.buf[i%uint64(len(r.buf))]
 }
 
-func (r *ring[T]) pop() (T, bool) {
+// peek is the oldest element, nil when the ring is empty.
+func (r *ring[T]) peek() *T { return r.at(r.first) }
+
+// pop drops the oldest element.
+func (r *ring[T]) pop() {
+	if r.size == 0 {
+		return
+	}
 	var zero T
-	if r.size == 0 {
-		return zero, false
-	}
-	v := r.buf[r.head]
-	r.buf[r.head] = zero
-	r.head = (r.head + 1) % len(r.buf)
+	r.buf[r.first%uint64(len(r.buf))] = zero
+	r.first++
 	r.size--
-	return v, true
 }
