@@ -20,6 +20,15 @@
 //	Tshark(t, file, ...)       TsharkE(file, ...) ([]TsharkHello, error)
 //	GoServer(t, ns, addr, ...) GoServerE(ns, addr, ...) (net.Listener, error)
 //	NginxBuilds(t, src, dir)   NginxBuildsE(src, dir) (a, b string, error)
+//	NewKubeNode(t)             NewKubeNodeE(dir) (*KubeNode, error); (*KubeNode).Close
+//	StartPod(t, k, o)          (*KubeNode).StartPodE(ctx, o) (*Pod, error); (*Pod).Close
+//	Expose(t, k, svc)          (*KubeNode).ExposeE(svc) error
+//
+// A KubeNode is a Kubernetes node in miniature (client, node and pod
+// network namespaces, a bridge, kube-proxy's iptables NAT rules, servers in
+// PID namespaces of their own logging to CRI or json-file container logs);
+// its addresses are 10.198.0.0/24 and 10.199.0.0/24, inside its own
+// namespaces only.
 //
 // A missing prerequisite is an error that matches ErrMissing (errors.Is).
 // InNS, Listen, Dial, Cmd, FreePort and Output take no testing.TB.
@@ -32,6 +41,7 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // check ends t on err: a missing prerequisite skips it, anything else fails
@@ -162,4 +172,48 @@ func NginxBuilds(t testing.TB, src, dir string) (a, b string) {
 		check(t, err)
 	}
 	return a, b
+}
+
+// NewKubeNode makes a Kubernetes node in miniature (see KubeNode) with its
+// files in a temp dir; t.Cleanup stops its pods and deletes its namespaces.
+// It skips t without root or iptables.
+func NewKubeNode(t testing.TB) *KubeNode {
+	t.Helper()
+	k, err := NewKubeNodeE(t.TempDir())
+	if err != nil {
+		check(t, err)
+	}
+	t.Cleanup(func() {
+		if err := k.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return k
+}
+
+// StartPod starts a pod on k (see PodOptions); t.Cleanup stops it and
+// deletes its namespace (Close may be called before). It skips t when the
+// server or unshare is missing.
+func StartPod(t testing.TB, k *KubeNode, o PodOptions) *Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	p, err := k.StartPodE(ctx, o)
+	if err != nil {
+		check(t, err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+// Expose programs a Service on k (see KubeService).
+func Expose(t testing.TB, k *KubeNode, s KubeService) {
+	t.Helper()
+	if err := k.ExposeE(s); err != nil {
+		t.Fatal(err)
+	}
 }
