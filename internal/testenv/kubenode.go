@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,7 +62,7 @@ type KubeNode struct {
 	Dir    string // holds var/log/pods
 
 	mu       sync.Mutex
-	nextPod  int
+	nextPod  int // pods started, for unique namespace names
 	pods     []*Pod
 	services map[string]*KubeService
 	id       string
@@ -82,7 +83,7 @@ func NewKubeNodeE(dir string) (*KubeNode, error) {
 	id := fmt.Sprintf("pqk%d-%d", os.Getpid(), n)
 	k := &KubeNode{
 		Client: id + "-client", Node: id + "-node", Uplink: "eth0", Bridge: "cni0", Dir: dir,
-		nextPod: 2, services: map[string]*KubeService{}, id: id,
+		services: map[string]*KubeService{}, id: id,
 	}
 	err := ip([]string{"netns", "add", k.Node}, []string{"netns", "add", k.Client})
 	if err == nil {
@@ -119,6 +120,12 @@ func NewKubeNodeE(dir string) (*KubeNode, error) {
 		exec.Command("ip", "netns", "exec", k.Client, "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "gro", "off").Run()
 	}
 	return k, nil
+}
+
+// usedAddr reports whether a pod of k has 10.199.0.i; k.mu is held.
+func (k *KubeNode) usedAddr(i int) bool {
+	a := fmt.Sprintf("10.199.0.%d", i)
+	return slices.ContainsFunc(k.pods, func(p *Pod) bool { return p.Addr == a })
 }
 
 // sysctl sets kernel parameters inside the node's network namespace only
@@ -450,39 +457,44 @@ func (k *KubeNode) StartPodE(ctx context.Context, o PodOptions) (*Pod, error) {
 	default:
 		return nil, fmt.Errorf("pod %s: unknown server %q", o.Name, o.Server)
 	}
-	k.mu.Lock()
-	i := k.nextPod
-	k.nextPod++
-	k.mu.Unlock()
-	if i > 254 {
-		return nil, errors.New("pod: the pod network is full")
-	}
 	uid := make([]byte, 16)
 	rand.Read(uid)
 	h := hex.EncodeToString(uid)
 	p := &Pod{
-		NS: fmt.Sprintf("%s-pod%d", k.id, i), Addr: fmt.Sprintf("10.199.0.%d", i), Port: o.Port,
-		Name: o.Name, Namespace: o.Namespace, Container: o.Container,
+		Port: o.Port, Name: o.Name, Namespace: o.Namespace, Container: o.Container,
 		UID:  h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:],
 		node: k, exited: make(chan struct{}),
 	}
+	// The lowest address no running pod has: a pod started after another
+	// stopped gets its address, as a StatefulSet's next pod often does.
+	k.mu.Lock()
+	i := 2
+	for ; i <= 254 && k.usedAddr(i); i++ {
+	}
+	if i > 254 {
+		k.mu.Unlock()
+		return nil, errors.New("pod: the pod network is full")
+	}
+	k.nextPod++
+	p.NS, p.Addr = fmt.Sprintf("%s-pod%d", k.id, k.nextPod), fmt.Sprintf("10.199.0.%d", i)
+	k.pods = append(k.pods, p)
+	k.mu.Unlock()
 	// The host side's name is a CNI plugin's: veth and 8 hex digits.
 	hostIf := "veth" + h[:8]
 	err := ip([]string{"netns", "add", p.NS})
-	if err != nil {
-		return nil, err
-	}
-	k.mu.Lock()
-	k.pods = append(k.pods, p)
-	k.mu.Unlock()
-	err = ip([]string{"-n", k.Node, "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", p.NS},
-		[]string{"-n", k.Node, "link", "set", hostIf, "master", k.Bridge},
-		[]string{"-n", k.Node, "link", "set", hostIf, "up"},
-		[]string{"-n", p.NS, "link", "set", "lo", "up"},
-		[]string{"-n", p.NS, "addr", "add", p.Addr + "/24", "dev", "eth0"},
-		[]string{"-n", p.NS, "link", "set", "eth0", "up"},
-		[]string{"-n", p.NS, "route", "add", "default", "via", KubeBridgeAddr})
 	if err == nil {
+		err = ip([]string{"-n", k.Node, "link", "add", hostIf, "type", "veth", "peer", "name", "eth0", "netns", p.NS},
+			[]string{"-n", k.Node, "link", "set", hostIf, "master", k.Bridge},
+			[]string{"-n", k.Node, "link", "set", hostIf, "up"},
+			[]string{"-n", p.NS, "link", "set", "lo", "up"},
+			[]string{"-n", p.NS, "addr", "add", p.Addr + "/24", "dev", "eth0"},
+			[]string{"-n", p.NS, "link", "set", "eth0", "up"},
+			[]string{"-n", p.NS, "route", "add", "default", "via", KubeBridgeAddr})
+	}
+	if err == nil {
+		// A pod that had this address before had another MAC: the node
+		// forgets it (the kernel would keep it for tens of seconds).
+		exec.Command("ip", "-n", k.Node, "neigh", "flush", "to", p.Addr).Run()
 		if _, e := exec.LookPath("ethtool"); e == nil {
 			exec.Command("ip", "netns", "exec", k.Node, "ethtool", "-K", hostIf, "tso", "off", "gso", "off", "gro", "off").Run()
 			exec.Command("ip", "netns", "exec", p.NS, "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "gro", "off").Run()
