@@ -96,14 +96,14 @@ func TestKubernetesNode(t *testing.T) {
 	testenv.Expose(t, k, testenv.KubeService{Name: svc, ClusterIP: testenv.KubeClusterIP, ExternalIP: testenv.KubeNodeAddr, Port: 443, Endpoint: endpoint.String()})
 
 	cases := []kubeCase{
-		{name: "local/any", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any"},
-		{name: "local/default", server: "nginx", wrap: testenv.WrapCRI, local: true},
-		{name: "cluster/any", server: "nginx", wrap: testenv.WrapCRI, iface: "any"},
-		{name: "cluster/default", server: "nginx", wrap: testenv.WrapCRI},
-		{name: "cluster/any/json-file", server: "nginx", wrap: testenv.WrapJSONFile, iface: "any"},
-		{name: "cluster/any/caddy", server: "caddy", wrap: testenv.WrapCRI, iface: "any"},
-		{name: "client-pod/any", server: "nginx", wrap: testenv.WrapCRI, iface: "any", clientPod: true},
-		{name: "local/any/root", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any", root: true},
+		{name: "local-any", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any"},
+		{name: "local-default", server: "nginx", wrap: testenv.WrapCRI, local: true},
+		{name: "cluster-any", server: "nginx", wrap: testenv.WrapCRI, iface: "any"},
+		{name: "cluster-default", server: "nginx", wrap: testenv.WrapCRI},
+		{name: "cluster-any-jsonfile", server: "nginx", wrap: testenv.WrapJSONFile, iface: "any"},
+		{name: "cluster-any-caddy", server: "caddy", wrap: testenv.WrapCRI, iface: "any"},
+		{name: "clientpod-any", server: "nginx", wrap: testenv.WrapCRI, iface: "any", clientPod: true},
+		{name: "local-any-root", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any", root: true},
 	}
 	var summary []string
 	for _, c := range cases {
@@ -197,14 +197,15 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 	// Metrics do not wait for joins: once the total stops moving (each
 	// ring block is handed over within a second), the capture is done.
 	var metric float64
+	var attrib []string
 	last, still := -1.0, time.Time{}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		m, err := scrape()
+		m, a, err := scrape()
 		if err != nil {
 			t.Logf("scrape: %v", err)
 			continue
 		}
-		metric = m
+		metric, attrib = m, a
 		if m != last {
 			last, still = m, time.Now()
 			continue
@@ -218,7 +219,7 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 	if keep := os.Getenv("PQWATCH_KUBE_KEEP"); keep != "" {
 		// For a look after the test: the records, the agent's log and the
 		// pod's container log of each case.
-		d := filepath.Join(keep, strings.ReplaceAll(c.name, "/", "-"))
+		d := filepath.Join(keep, c.name)
 		os.MkdirAll(d, 0o755)
 		for src, dst := range map[string]string{out: "records.jsonl", pod.LogPath: "0.log"} {
 			if b, err := os.ReadFile(src); err == nil {
@@ -255,6 +256,7 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 	}
 	t.Logf("%d handshakes: %d records, %d with a generation %v (the pod's nginx master is pid %d here), %d joined, %d with a frontend %v, pqwatch_handshakes_total %.0f; servers %v, clients %v; by server, outcome, join and generation %v",
 		kubeHandshakes, r.records, r.withGen, r.gens, pod.PID, r.joined, r.withFrontend, r.frontends, r.metric, r.servers, r.clients, r.views)
+	t.Logf("pqwatch_attributions_total before the stop: %s", strings.Join(attrib, ", "))
 	report(r)
 
 	// The checks. What pqwatch has no trace of yet is named in missing and
@@ -378,39 +380,44 @@ func startKubeAgent(t *testing.T, bin, ns string, root bool, stderr *testenv.Buf
 }
 
 // kubeScraper returns a function that reads pqwatch_handshakes_total,
-// summed over its labels, from the agent's /metrics inside namespace ns.
-func kubeScraper(ns, addr string) func() (float64, error) {
+// summed over its labels, from the agent's /metrics inside namespace ns,
+// and the lines of pqwatch_attributions_total.
+func kubeScraper(ns, addr string) func() (float64, []string, error) {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, a string) (net.Conn, error) { return testenv.Dial(ns, a, 2*time.Second) },
 	}}
-	return func() (float64, error) {
+	return func() (float64, []string, error) {
 		resp, err := hc.Get("http://" + addr + "/metrics")
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		defer resp.Body.Close()
 		b, err := io.ReadAll(resp.Body)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		sum, found := 0.0, false
+		var attrib []string
 		for sc := bufio.NewScanner(bytes.NewReader(b)); sc.Scan(); {
 			l := sc.Text()
+			if strings.HasPrefix(l, "pqwatch_attributions_total{") {
+				attrib = append(attrib, strings.TrimPrefix(l, "pqwatch_attributions_total"))
+			}
 			if !strings.HasPrefix(l, "pqwatch_handshakes_total{") && !strings.HasPrefix(l, "pqwatch_handshakes_total ") {
 				continue
 			}
 			f := strings.Fields(l)
 			v, err := strconv.ParseFloat(f[len(f)-1], 64)
 			if err != nil {
-				return 0, fmt.Errorf("%q: %v", l, err)
+				return 0, nil, fmt.Errorf("%q: %v", l, err)
 			}
 			sum += v
 			found = true
 		}
 		if !found && resp.StatusCode != http.StatusOK {
-			return 0, fmt.Errorf("/metrics: %s", resp.Status)
+			return 0, nil, fmt.Errorf("/metrics: %s", resp.Status)
 		}
-		return sum, nil
+		return sum, attrib, nil
 	}
 }
 
