@@ -415,7 +415,11 @@ func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
 			h.ClientAddr, h.ClientPort = ap.Addr().WithZone("").As16(), ap.Port()
 		}
 	}
-	e := &entry{ts: h.TS, arrived: now, h: h, addr: h.ClientAddr, port: h.ClientPort, server: serverOf(h)}
+	addr, port := h.ClientAddr, h.ClientPort
+	if h.Peer.IsValid() { // behind a masquerading NAT: the server logged this one
+		addr, port = h.Peer.Addr().As16(), h.Peer.Port()
+	}
+	e := &entry{ts: h.TS, arrived: now, h: h, addr: addr, port: port, server: serverOf(h)}
 	k := e.k()
 	// A line with the port may already be waiting: take the earliest
 	// compatible one (the first request on the connection).

@@ -299,20 +299,47 @@ func (m *Merger) merge(e *entry, r *record.Handshake) *record.Handshake {
 	if r.TS.Before(e.ts) {
 		e.ts = r.TS
 	}
-	ttl := r.View.TTL
-	if ttl > e.r.View.TTL && (!e.hi || ttl > e.hiTTL) {
-		e.setHi(r)
-	}
-	if ttl < e.r.View.TTL {
-		// r is nearer the server: it is the record now.
-		old := e.r
-		if !e.hi {
-			e.setHi(old)
+	ttl, near := r.View.TTL, e.r.View.TTL
+	switch {
+	case ttl > near:
+		if !e.hi || ttl > e.hiTTL {
+			e.setHi(r)
 		}
-		e.r = r
-		return old
+		return r
+	case ttl < near:
+		// r is nearer the server: it is the record now.
+		return e.replace(r, true)
+	case r.Server != e.r.Server:
+		// A DNAT without a routing hop (a pod reaching a Service on its
+		// own bridge): the TTLs agree, and the view seen later, after
+		// the rewrite, is the server's.
+		if r.TS.After(e.r.TS) {
+			return e.replace(r, true)
+		}
+		if !e.hi {
+			e.setHi(r)
+		}
+		return r
+	case r.Outcome == record.OutcomeOK && e.r.Outcome != record.OutcomeOK:
+		// Of two views as near, the one that saw the handshake complete:
+		// a bridge whose netfilter undoes the SNAT before the reply
+		// reaches it carries only the client's half (its view ends
+		// reset), the pod's veth both.
+		return e.replace(r, false)
 	}
 	return r
+}
+
+// replace makes r the record and returns the one it replaces; farther
+// says the old one is the client's side of r (when no farther view was
+// seen, it gives the client and the frontend).
+func (e *entry) replace(r *record.Handshake, farther bool) *record.Handshake {
+	old := e.r
+	if farther && !e.hi {
+		e.setHi(old)
+	}
+	e.r = r
+	return old
 }
 
 // setHi keeps what the record takes from the view farthest from the
@@ -417,11 +444,15 @@ func (m *Merger) drain(flush bool) {
 func (m *Merger) release(e *entry, i uint64, now time.Time) *record.Handshake {
 	r := e.r
 	r.TS = e.ts
-	if e.hi && e.hiTTL > r.View.TTL {
+	if e.hi {
 		if e.hiServer != r.Server {
 			r.Frontend = e.hiServer
 		}
+		seen := r.ClientAddrPort()
 		r.Client, r.ClientAddr, r.ClientPort = e.hiClient, e.hiClientAddr, e.hiClientPort
+		if seen != r.ClientAddrPort() {
+			r.Peer = seen // SNAT: the server, its socket and its log saw this one
+		}
 	}
 	if e.has {
 		if j, ok := m.held[e.h]; ok && j == i {

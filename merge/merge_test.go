@@ -106,6 +106,29 @@ func TestSNATServerViewFirst(t *testing.T) {
 	if h.done[up] != 1 {
 		t.Errorf("the uplink view went to Done %d times", h.done[up])
 	}
+	if r.Peer != netip.MustParseAddrPort(nodeAddr) || r.ServerSeenClient() != netip.MustParseAddrPort(nodeAddr) {
+		t.Errorf("the client the server saw (its socket's, its log's) is %v, want the node's %s", r.Peer, nodeAddr)
+	}
+}
+
+// Of two views as near the server, the one that saw the handshake
+// complete is kept: a bridge whose netfilter undoes the SNAT before the
+// reply reaches it sees only the client's half (reset), the pod's veth
+// both halves.
+func TestEqualTTLCompleteViewKept(t *testing.T) {
+	h := newHarness(Config{Offline: true})
+	up := view(5, 0, clientAddr, svc, 64)
+	br := view(5, 10*time.Microsecond, clientAddr, pod, 63)
+	br.Outcome = record.OutcomeReset
+	veth := view(5, 12*time.Microsecond, nodeAddr, pod, 63)
+	h.feed(up, br, veth)
+	h.m.Flush()
+	if len(h.out) != 1 || h.out[0] != veth || h.out[0].Outcome != record.OutcomeOK {
+		t.Fatalf("%d records; kept the complete view: %v", len(h.out), len(h.out) == 1 && h.out[0] == veth)
+	}
+	if r := h.out[0]; r.ClientText() != clientAddr || r.Frontend != svc || r.Peer != netip.MustParseAddrPort(nodeAddr) {
+		t.Errorf("client %s frontend %s peer %v", r.ClientText(), r.Frontend, r.Peer)
+	}
 }
 
 // Uplink, bridge and veth: three views, two with TTL 63 and the same
@@ -393,4 +416,27 @@ func BenchmarkMerge(b *testing.B) {
 	}
 	m.Flush()
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(round*len(recs)), "ns/record")
+}
+
+// A pod reaching a Service on its own bridge: DNAT without a routing hop,
+// so both views have the same TTL; the later one, after the rewrite, is
+// the server's, whichever arrives first.
+func TestSameBridgeDNAT(t *testing.T) {
+	for _, first := range []string{"client side", "server side"} {
+		h := newHarness(Config{Offline: true})
+		cli := view(6, 0, "10.199.0.3:41000", "10.96.0.10:443", 64)
+		srv := view(6, 8*time.Microsecond, "10.199.0.3:41000", pod, 64)
+		if first == "client side" {
+			h.feed(cli, srv)
+		} else {
+			h.feed(srv, cli)
+		}
+		h.m.Flush()
+		if len(h.out) != 1 {
+			t.Fatalf("%s first: %d records", first, len(h.out))
+		}
+		if r := h.out[0]; r != srv || r.Server != pod || r.Frontend != "10.96.0.10:443" || r.Peer.IsValid() {
+			t.Errorf("%s first: server %s frontend %s peer %v", first, r.Server, r.Frontend, r.Peer)
+		}
+	}
 }

@@ -173,11 +173,11 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 		return nil, acceptOff
 	}
 	var client, server netip.AddrPort
-	if r.ClientPort != 0 && r.ServerPort != 0 && r.ServerAddr != ([16]byte{}) { // the sniffer's: no parsing
+	if r.ClientPort != 0 && r.ServerPort != 0 && r.ServerAddr != ([16]byte{}) && !r.Peer.IsValid() { // the sniffer's: no parsing
 		client = netip.AddrPortFrom(netip.AddrFrom16(r.ClientAddr), r.ClientPort)
 		server = netip.AddrPortFrom(netip.AddrFrom16(r.ServerAddr), r.ServerPort)
 	} else {
-		client, server = r.ClientAddrPort(), serverAddrPort(r)
+		client, server = r.ServerSeenClient(), serverAddrPort(r)
 		if !client.IsValid() || !server.IsValid() {
 			return nil, acceptMiss
 		}

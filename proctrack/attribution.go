@@ -298,7 +298,7 @@ func (a *Attribution) attribute(it attribItem, scanned bool) {
 		return
 	}
 	r := it.r
-	server, client := serverAddrPort(r), r.ClientAddrPort()
+	server, client := serverAddrPort(r), r.ServerSeenClient()
 	g, ok, quiet := (*record.Generation)(nil), false, false
 	switch r.Transport {
 	case record.TransportTCP:

@@ -164,6 +164,11 @@ type Handshake struct {
 	// sighting of another one, and where on the path it was seen (see
 	// View): the merge of a handshake's views reads it.
 	View View `json:"-"`
+	// Peer is the client as the server saw it, when the merge of views
+	// replaced Client with the client's side of a NAT (a masquerading
+	// Service): the address the server's socket and its access log name.
+	// Zero when they are the same. Read it with ServerSeenClient.
+	Peer netip.AddrPort `json:"-"`
 }
 
 // View identifies the handshake a record saw and says where on its path
@@ -247,6 +252,16 @@ func (h *Handshake) ClientAddrPort() netip.AddrPort {
 	}
 	ap, _ := netip.ParseAddrPort(h.Client)
 	return ap
+}
+
+// ServerSeenClient is the client's address and port as the server saw
+// them: Peer when a NAT rewrote them, else the client's. The attribution's
+// socket lookups and the access-log join match on it.
+func (h *Handshake) ServerSeenClient() netip.AddrPort {
+	if h.Peer.IsValid() {
+		return h.Peer
+	}
+	return h.ClientAddrPort()
 }
 
 // AppendClient appends the client's address text to dst: Client, else
