@@ -20,6 +20,7 @@ usage:
   pqwatch loadgen [flags]           A/B handshake load generator
   pqwatch demo                      the whole pipeline on this machine, no setup
   pqwatch plan [flags] FILE...      fleet capacity plan from handshake records (JSONL) and loadgen costs
+  pqwatch inventory [flags] FILE... TLS endpoint inventory (text, or CycloneDX 1.7) from records or captures
   pqwatch version
 
 Run 'pqwatch COMMAND -h' for a command's flags.
@@ -116,6 +117,8 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdDemo(ctx, args[1:], stdout, stderr)
 	case "plan":
 		return cmdPlan(ctx, args[1:], stdout, stderr)
+	case "inventory":
+		return cmdInventory(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "pqwatch", version())
 		return exitOK

@@ -171,6 +171,13 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // (- : stdin; gzip when it starts with gzip's magic) to plan; a line that is
 // neither is counted in plan.Malformed.
 func readPlanRecords(path string, stdin io.Reader, plan *report.Plan, kinds *planKinds) error {
+	return readJSONLines(path, stdin, func(line []byte) { kinds.add(plan, line) })
+}
+
+// readJSONLines calls fn with every line of the JSONL file path (- :
+// stdin; gzip when it starts with gzip's magic): plan's and inventory's
+// reader.
+func readJSONLines(path string, stdin io.Reader, fn func(line []byte)) error {
 	var r io.Reader = stdin
 	if path != "-" {
 		f, err := os.Open(path)
@@ -180,6 +187,11 @@ func readPlanRecords(path string, stdin io.Reader, plan *report.Plan, kinds *pla
 		defer f.Close()
 		r = f
 	}
+	return scanJSONLines(r, fn)
+}
+
+// scanJSONLines is readJSONLines over an open reader.
+func scanJSONLines(r io.Reader, fn func(line []byte)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
@@ -194,7 +206,7 @@ func readPlanRecords(path string, stdin io.Reader, plan *report.Plan, kinds *pla
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxPlanLine)
 	for sc.Scan() {
-		kinds.add(plan, sc.Bytes())
+		fn(sc.Bytes())
 	}
 	return sc.Err()
 }

@@ -60,8 +60,15 @@ func (pk *planKafkaFlags) config(now time.Time, getenv func(string) string) (exp
 // readPlanKafka adds every message of the feed to plan (records or rollup
 // rows, as addPlanLine tells them apart) and says on stderr what it read.
 func readPlanKafka(ctx context.Context, cfg exporter.FeedReadConfig, plan *report.Plan, kinds *planKinds, stderr io.Writer) error {
+	return readFeed(ctx, "plan", cfg, func(value []byte) { kinds.add(plan, value) }, stderr)
+}
+
+// readFeed calls fn with the value of every message of the feed and says
+// on stderr what it read (plan's and inventory's reader; cmd names the
+// command in the messages).
+func readFeed(ctx context.Context, cmd string, cfg exporter.FeedReadConfig, fn func(value []byte), stderr io.Writer) error {
 	st, err := exporter.ReadFeed(ctx, cfg, func(m kafka.Message) error {
-		kinds.add(plan, m.Value)
+		fn(m.Value)
 		return nil
 	})
 	var parts []string
@@ -84,7 +91,7 @@ func readPlanKafka(ctx context.Context, cfg exporter.FeedReadConfig, plan *repor
 	if st.Messages == 1 {
 		noun = "message"
 	}
-	fmt.Fprintf(stderr, "pqwatch plan: kafka topic %q since %s: %d %s (partitions %s)\n", cfg.Topic, since, st.Messages, noun, strings.Join(parts, "; "))
+	fmt.Fprintf(stderr, "pqwatch %s: kafka topic %q since %s: %d %s (partitions %s)\n", cmd, cfg.Topic, since, st.Messages, noun, strings.Join(parts, "; "))
 	return nil
 }
 
