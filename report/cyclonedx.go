@@ -266,7 +266,9 @@ func (e *Endpoint) protocol(v string) *ProtocolProperties {
 		}
 		return n
 	}
-	slices.SortFunc(keys, func(a, b suiteKey) int { return cmp.Or(cmp.Compare(total(b), total(a)), cmp.Compare(a.cipher, b.cipher)) })
+	slices.SortFunc(keys, func(a, b suiteKey) int {
+		return cmp.Or(cmp.Compare(total(b), total(a)), cmp.Compare(a.cipher, b.cipher))
+	})
 	for _, k := range keys {
 		cs := CipherSuite{Name: k.cipher, Identifiers: suiteIdentifiers(k.cipher)}
 		for _, g := range e.suites[k].ranked() {

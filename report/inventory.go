@@ -304,7 +304,7 @@ func (inv *Inventory) WriteText(w io.Writer) error {
 	slices.SortStableFunc(hybrid, byHandshakes)
 	fmt.Fprintf(w, "pqwatch TLS inventory: %d handshakes, %d endpoints", inv.Records, len(eps))
 	if !inv.First.IsZero() {
-		fmt.Fprintf(w, ", %s to %s", inv.First.UTC().Format(time.RFC3339), inv.Last.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, ", %s to %s", inv.First.UTC().Format(time.RFC3339Nano), inv.Last.UTC().Format(time.RFC3339Nano))
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "endpoints negotiating hybrid: %d; still classical: %d; without a completed handshake: %d\n", len(hybrid), len(classical), len(none))
