@@ -60,6 +60,9 @@ type JSONLOptions struct {
 	// Name is the output's name in log lines (a path; default "output").
 	Name   string
 	Logger *slog.Logger
+	// Encode writes one record (no newline); nil: AppendJSON, the
+	// record. AppendECS writes its ECS view.
+	Encode func(dst []byte, h *record.Handshake) []byte
 }
 
 // NewJSONL returns a JSONL sink writing to w, flushed when its buffer fills
@@ -73,6 +76,9 @@ func NewJSONLWith(w io.Writer, opts JSONLOptions) *JSONL {
 	}
 	if opts.Name == "" {
 		opts.Name = "output"
+	}
+	if opts.Encode == nil {
+		opts.Encode = AppendJSON
 	}
 	j := &JSONL{w: w, pending: make([]byte, 0, jsonlBufferSize), line: make([]byte, 0, 1024), opts: opts}
 	if f, ok := w.(*os.File); ok {
@@ -120,7 +126,7 @@ func (j *JSONL) cutPartial() {
 func (j *JSONL) Write(h *record.Handshake) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.line = AppendJSON(j.line[:0], h)
+	j.line = j.opts.Encode(j.line[:0], h)
 	j.line = append(j.line, '\n')
 	if j.failing != nil {
 		if len(j.pending)+len(j.line) > jsonlBufferSize {

@@ -28,6 +28,10 @@ const SchemaVersion = "1"
 // SchemaHeader is the header that carries SchemaVersion.
 const SchemaHeader = "schema_version"
 
+// FormatHeader names the encoding of an ECS record message: "ecs" (the
+// record itself has no such header).
+const FormatHeader = "format"
+
 // DefaultKafkaTopic is the handshake topic of SPEC.md.
 const DefaultKafkaTopic = "pqwatch.handshakes"
 
@@ -101,6 +105,11 @@ type KafkaConfig struct {
 
 	TLS  *tls.Config // nil: plaintext
 	SASL *SASLConfig // nil: no authentication
+
+	// ECS writes each record's ECS view (AppendECS) instead of the record,
+	// with a FormatHeader "ecs" header beside schema_version (rollups are
+	// unchanged).
+	ECS bool
 
 	// DisableTopicCreation makes a missing topic an error (reason
 	// unknown_topic). By default the sink asks the brokers to create it
@@ -438,7 +447,11 @@ func (k *Kafka) Write(h *record.Handshake) error {
 	bp := k.scratch.Get().(*[]byte)
 	buf := appendKey((*bp)[:0], k.cfg.Key, h)
 	klen := len(buf)
-	buf = AppendJSON(buf, h)
+	if k.cfg.ECS {
+		buf = AppendECS(buf, h)
+	} else {
+		buf = AppendJSON(buf, h)
+	}
 	// One allocation per message holds its key and value.
 	kv := make([]byte, len(buf))
 	copy(kv, buf)
@@ -524,6 +537,10 @@ func (k *Kafka) deliver(checked bool) {
 	batch := make([]qmsg, 0, k.cfg.BatchSize)
 	msgs := make([]kafka.Message, 0, k.cfg.BatchSize)
 	header := []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaVersion)}}
+	recordHeader := header
+	if k.cfg.ECS {
+		recordHeader = []kafka.Header{{Key: SchemaHeader, Value: []byte(SchemaVersion)}, {Key: FormatHeader, Value: []byte("ecs")}}
+	}
 	needCheck := !checked
 	oneByOne := 0 // after a batch too large for the topic: messages to send one at a time
 	// wait sleeps d; false: stop delivering (Close's deadline, or Close
@@ -603,7 +620,11 @@ func (k *Kafka) deliver(checked bool) {
 		}
 		msgs = msgs[:0]
 		for i := range batch {
-			msgs = append(msgs, kafka.Message{Topic: batch[i].topic, Key: batch[i].key, Value: batch[i].value, Headers: header})
+			h := header
+			if batch[i].topic == k.cfg.Topic {
+				h = recordHeader
+			}
+			msgs = append(msgs, kafka.Message{Topic: batch[i].topic, Key: batch[i].key, Value: batch[i].value, Headers: h})
 		}
 		err := k.w.WriteMessages(k.ctx, msgs...)
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/pipeline"
+	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
@@ -53,13 +54,24 @@ func (c *commonFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.nginxConf, "nginx-conf", "", "nginx.conf `FILE` whose log_format definitions describe the access log")
 	fs.StringVar(&c.nginxLogFmt, "nginx-log-format", "", "nginx log_format of the access logs: a `definition`, or the name of a log_format in -nginx-conf")
 	fs.StringVar(&c.nginxErrorLog, "nginx-error-log", "", "nginx error log `FILE` ([emerg]/[alert]/[crit] lines)")
-	fs.StringVar(&c.format, "format", "text", "output `format`: text, jsonl or json")
+	fs.StringVar(&c.format, "format", "text", "output `format`: text, jsonl, ecs-jsonl (the records in Elastic Common Schema names) or json")
 	fs.StringVar(&c.out, "o", "-", "output `FILE` (- for stdout)")
 	fs.StringVar(&c.ports, "ports", "", "only TCP/UDP `ports` (comma-separated) are examined; TLS is found by content on any port by default")
 	fs.IntVar(&c.maxFlows, "max-flows", 65536, "cap on tracked TCP flows, least recently active evicted (run: per capture worker)")
 	fs.StringVar(&c.forecast, "forecast-groups", "", "server `groups` in preference order for the migration forecast, e.g. X25519MLKEM768,x25519,secp256r1 (prefix go=, openssl3.5=, openssl3.5-server= or openssl3.0= for the selection rule, or a name: go, caddy, openssl35, openssl30; / separates OpenSSL 3.5 tuples; default: OpenSSL 3.5's default policy)")
 	registerExpect(fs, &c.expect)
 	fs.StringVar(&c.symlinkDirs, "log-symlink-dirs", "", "comma-separated `dirs` a symbolic link in a log's (or -nginx-conf's) path may lead into (/ allows all; default: a link is followed only while it stays inside the file's own directory, and none on the way to it)")
+}
+
+// streams says -format writes records (jsonl, ecs-jsonl), not a summary.
+func (c *commonFlags) streams() bool { return c.format == "jsonl" || c.format == "ecs-jsonl" }
+
+// encoder is the record encoder of -format: the record, or its ECS view.
+func (c *commonFlags) encoder() func([]byte, *record.Handshake) []byte {
+	if c.format == "ecs-jsonl" {
+		return exporter.AppendECS
+	}
+	return exporter.AppendJSON
 }
 
 // symlinkDirList is -log-symlink-dirs as a list (logparse.OpenLog).
@@ -75,9 +87,9 @@ func (c *commonFlags) symlinkDirList() []string {
 
 func (c *commonFlags) validate() error {
 	switch c.format {
-	case "text", "jsonl", "json":
+	case "text", "jsonl", "json", "ecs-jsonl":
 	default:
-		return fmt.Errorf("-format must be text, jsonl or json, not %q", c.format)
+		return fmt.Errorf("-format must be text, jsonl, ecs-jsonl or json, not %q", c.format)
 	}
 	return nil
 }
@@ -134,8 +146,8 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	off.Sniffer.Ports = ports
 	bw := bufio.NewWriterSize(out, 64<<10)
-	if cf.format == "jsonl" {
-		off.Sinks = append(off.Sinks, exporter.NewJSONL(bw))
+	if cf.streams() {
+		off.Sinks = append(off.Sinks, exporter.NewJSONLWith(bw, exporter.JSONLOptions{Encode: cf.encoder()}))
 	}
 	off.Stdin = os.Stdin
 	progress := newProgress(stderr)
@@ -146,7 +158,7 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		closeOut()
 		return exitFailure
 	}
-	if err == nil && cf.format != "jsonl" {
+	if err == nil && !cf.streams() {
 		err = off.Summary.Render(bw, cf.format)
 	}
 	if err == nil {

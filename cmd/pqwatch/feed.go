@@ -29,6 +29,7 @@ type kafkaFlags struct {
 	topic       string
 	rollupTopic string
 	key         string
+	format      string
 	acks        string
 	compression string
 	spoolDir    string
@@ -50,6 +51,7 @@ func (kf *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&kf.brokers, "kafka-brokers", "", "Kafka `host:port,...` for the per-handshake feed (empty: no Kafka)")
 	fs.StringVar(&kf.topic, "kafka-topic", exporter.DefaultKafkaTopic, "Kafka `topic` for handshake records")
 	fs.StringVar(&kf.rollupTopic, "kafka-rollup-topic", "", "optional Kafka `topic` for per-minute rollups")
+	fs.StringVar(&kf.format, "kafka-format", "record", "Kafka message value: record (the JSONL record) or ecs (its Elastic Common Schema view, as -format ecs-jsonl; header format: ecs)")
 	fs.StringVar(&kf.key, "kafka-key", "server", "Kafka message key: server, sni, client_network or none")
 	fs.StringVar(&kf.acks, "kafka-acks", "all", "Kafka acknowledgements: all, leader or none")
 	fs.StringVar(&kf.compression, "kafka-compression", "snappy", "Kafka compression: none, gzip, snappy, lz4 or zstd")
@@ -82,6 +84,13 @@ func (kf *kafkaFlags) config(getenv func(string) string, logger *slog.Logger) (*
 		Key: exporter.KafkaKey(kf.key), Acks: exporter.Acks(kf.acks),
 		Compression: kf.compression, SpoolDir: kf.spoolDir,
 		DisableTopicCreation: !kf.createTopic, StartTimeout: kafkaStartTimeout,
+	}
+	switch kf.format {
+	case "record":
+	case "ecs":
+		cfg.ECS = true
+	default:
+		return nil, fmt.Errorf("-kafka-format %q: want record or ecs", kf.format)
 	}
 	var err error
 	if cfg.TLS, err = kf.tlsConfig(); err != nil {

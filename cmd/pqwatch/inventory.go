@@ -175,6 +175,14 @@ func (l *inventoryLines) add(inv *report.Inventory, line []byte) {
 	if len(line) == 0 {
 		return
 	}
+	if exporter.IsECS(line) { // -format ecs-jsonl, -kafka-format ecs
+		if h, err := exporter.ParseECS(line); err == nil {
+			inv.Add(h, "")
+		} else {
+			l.malformed++
+		}
+		return
+	}
 	var r report.InventoryRecord
 	if err := json.Unmarshal(line, &r); err == nil && r.Outcome != "" {
 		inv.Add(&r.Handshake, r.Frontend)

@@ -106,6 +106,16 @@ func (k *planKinds) add(plan *report.Plan, line []byte) {
 	if len(line) == 0 {
 		return
 	}
+	if exporter.IsECS(line) { // -format ecs-jsonl, -kafka-format ecs
+		if h, err := exporter.ParseECS(line); err == nil {
+			k.records++
+			report.FillIDs(h)
+			plan.Add(h)
+		} else {
+			plan.Malformed++
+		}
+		return
+	}
 	var h record.Handshake
 	if err := json.Unmarshal(line, &h); err == nil && h.Outcome != "" {
 		k.records++

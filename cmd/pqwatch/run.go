@@ -142,7 +142,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 		return cfg, nil, err
 	}
 	cfg.Node = nodeName(rf.node, os.Getenv)
-	if rf.format == "jsonl" {
+	if rf.streams() {
 		out, c, err := openAppend(rf.out, stdout)
 		if err != nil {
 			return cfg, nil, err
@@ -150,6 +150,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 		cfg.JSONL, closeOut = out, c
 		cfg.JSONLOptions.Name = rf.out
 		cfg.JSONLOptions.EachLine = rf.lineBuf || isPipe(out)
+		cfg.JSONLOptions.Encode = rf.encoder()
 	}
 	return cfg, closeOut, nil
 }
@@ -213,7 +214,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// -format text or json: a summary of everything seen, written at
 	// shutdown (jsonl streams records as they come).
 	var sum *report.Summary
-	if rf.format != "jsonl" {
+	if !rf.streams() {
 		policy := forecast.DefaultPolicy
 		if cfg.Forecast != nil {
 			policy = *cfg.Forecast
