@@ -47,7 +47,7 @@ import (
 const repoRoot = "../.."
 
 // commands are the commands whose flags docs name.
-var commands = []string{"analyze", "run", "loadgen", "demo", "plan"}
+var commands = []string{"analyze", "run", "loadgen", "demo", "plan", "inventory"}
 
 // foreignFlags are flags in loose backticks that belong to another tool,
 // not to pqwatch.
@@ -319,8 +319,8 @@ func commandFlags(t *testing.T) map[string]map[string]bool {
 
 var (
 	flagRe    = regexp.MustCompile(`(?:^|[\s\[(|])--?([A-Za-z](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)`)
-	cmdLineRe = regexp.MustCompile(`(?:^|[\s/])pqwatch (analyze|run|loadgen|demo)(\s|$)`)
-	cmdHeadRe = regexp.MustCompile("`pqwatch (analyze|run|loadgen|demo)`")
+	cmdLineRe = regexp.MustCompile(`(?:^|[\s/])pqwatch (analyze|run|loadgen|demo|inventory)(\s|$)`)
+	cmdHeadRe = regexp.MustCompile("`pqwatch (analyze|run|loadgen|demo|inventory)`")
 )
 
 func flagsIn(s string) []string {
@@ -463,7 +463,7 @@ func TestDocFlags(t *testing.T) {
 	}
 
 	// The flag tables list every flag of their command.
-	for doc, cmd := range map[string]string{"docs/analyze.md": "analyze", "docs/agent.md": "run", "docs/loadgen.md": "loadgen"} {
+	for doc, cmd := range map[string]string{"docs/analyze.md": "analyze", "docs/agent.md": "run", "docs/loadgen.md": "loadgen", "docs/inventory.md": "inventory"} {
 		listed := map[string]bool{"h": true}
 		for _, row := range tableRows(section(t, readRepo(t, doc), "Flags")) {
 			for _, f := range flagsIn(ticked(row[0])) {
@@ -526,15 +526,15 @@ var (
 	realOutputRe  = regexp.MustCompile("(?i)real output of `([^`]+)`")
 )
 
-// runnable turns an analyze command line of a doc into arguments for
-// runMain, run from the repository root; ok is false when it needs
+// runnable turns an analyze (or inventory) command line of a doc into
+// arguments for runMain, run from the repository root; ok is false when it needs
 // something outside the repository (or writes a file, or reads stdin, or
 // names no capture).
-func runnable(args []string, stdin bool) ([]string, bool) {
+func runnable(cmd string, args []string, stdin bool) ([]string, bool) {
 	if stdin {
 		return nil, false
 	}
-	out := []string{"analyze"}
+	out := []string{cmd}
 	files := 0
 	for i, a := range args {
 		switch {
@@ -580,10 +580,10 @@ func TestDocExamples(t *testing.T) {
 		}
 		for _, code := range codes {
 			cmd, args, stdin, ok := commandLine(code)
-			if !ok || cmd != "analyze" {
+			if !ok || cmd != "analyze" && cmd != "inventory" {
 				continue
 			}
-			argv, ok := runnable(args, stdin)
+			argv, ok := runnable(cmd, args, stdin)
 			if !ok {
 				skipped = append(skipped, doc+": "+strings.TrimSpace(code))
 				continue
@@ -598,8 +598,8 @@ func TestDocExamples(t *testing.T) {
 		for _, m := range realOutputRe.FindAllStringSubmatchIndex(text, -1) {
 			cmdText := text[m[2]:m[3]]
 			line := strings.Count(text[:m[0]], "\n")
-			_, args, stdin, ok := commandLine(cmdText)
-			argv, ok2 := runnable(args, stdin)
+			cmd, args, stdin, ok := commandLine(cmdText)
+			argv, ok2 := runnable(cmd, args, stdin)
 			if !ok || !ok2 {
 				t.Errorf("%s:%d: cannot run %q to check its output", doc, line+1, cmdText)
 				continue
