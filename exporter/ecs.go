@@ -98,6 +98,7 @@ type (
 // for, under their record names.
 type ECSPQWatch struct {
 	Transport               string            `json:"transport"`
+	Frontend                string            `json:"frontend,omitempty"`
 	ALPN                    []string          `json:"alpn,omitempty"`
 	OfferedGroups           []string          `json:"offered_groups,omitempty"`
 	KeyShares               []record.KeyShare `json:"key_shares,omitempty"`
@@ -185,7 +186,7 @@ func ToECS(h *record.Handshake) ECS {
 	}
 	p := &e.PQWatch
 	*p = ECSPQWatch{
-		Transport: h.Transport, ALPN: h.ALPN, OfferedGroups: h.OfferedGroups, KeyShares: h.KeyShares,
+		Transport: h.Transport, Frontend: h.Frontend, ALPN: h.ALPN, OfferedGroups: h.OfferedGroups, KeyShares: h.KeyShares,
 		PQOffered: h.PQOffered, PQ: h.PQ, HRR: h.HRR, HRRGroup: h.HRRGroup,
 		ClientHelloBytes: h.ClientHelloBytes, ServerHelloBytes: h.ServerHelloBytes,
 		ClientHelloSegments: h.ClientHelloSegments, ClientHelloWireSegments: h.ClientHelloWireSegments,
@@ -249,7 +250,7 @@ func ParseECS(line []byte) (*record.Handshake, error) {
 	}
 	p := e.PQWatch
 	h := &record.Handshake{
-		TS: ts, Transport: p.Transport, Client: ecsText(e.Client), Server: ecsText(e.Server),
+		TS: ts, Transport: p.Transport, Client: ecsText(e.Client), Server: ecsText(e.Server), Frontend: p.Frontend,
 		ALPN: p.ALPN, OfferedGroups: p.OfferedGroups, KeyShares: p.KeyShares, PQOffered: p.PQOffered,
 		Version: p.Version, Cipher: e.TLS.Cipher, Group: e.TLS.Curve, PQ: p.PQ, HRR: p.HRR, HRRGroup: p.HRRGroup,
 		ClientHelloBytes: p.ClientHelloBytes, ServerHelloBytes: p.ServerHelloBytes,

@@ -33,14 +33,6 @@ const (
 	InventoryNoNode = "(no node)"
 )
 
-// InventoryRecord is a record with the fields the inventory reads that
-// the record type may not have yet: Frontend, the address the clients
-// connected to when a proxy or load balancer stands in front of Server.
-type InventoryRecord struct {
-	record.Handshake
-	Frontend string `json:"frontend,omitempty"`
-}
-
 // counted is a bounded name -> count table.
 type counted struct {
 	n        map[string]int
@@ -156,12 +148,14 @@ func NewInventory() *Inventory {
 func (inv *Inventory) Write(h *record.Handshake) error {
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
-	inv.Add(h, "")
+	inv.Add(h)
 	return nil
 }
 
-// Add counts one record; frontend is its frontend field ("" when none).
-func (inv *Inventory) Add(h *record.Handshake, frontend string) {
+// Add counts one record: its endpoint is its Frontend (the address the
+// client dialled, in front of the node's NAT), else its Server.
+func (inv *Inventory) Add(h *record.Handshake) {
+	frontend := h.Frontend
 	inv.Read++
 	if h.HasID() {
 		var b [64]byte

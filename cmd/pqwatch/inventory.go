@@ -177,15 +177,15 @@ func (l *inventoryLines) add(inv *report.Inventory, line []byte) {
 	}
 	if exporter.IsECS(line) { // -format ecs-jsonl, -kafka-format ecs
 		if h, err := exporter.ParseECS(line); err == nil {
-			inv.Add(h, "")
+			inv.Add(h)
 		} else {
 			l.malformed++
 		}
 		return
 	}
-	var r report.InventoryRecord
+	var r record.Handshake
 	if err := json.Unmarshal(line, &r); err == nil && r.Outcome != "" {
-		inv.Add(&r.Handshake, r.Frontend)
+		inv.Add(&r)
 		return
 	}
 	var row report.RollupRow
