@@ -93,15 +93,19 @@ func TestGenerationCountedWhenSeen(t *testing.T) {
 		}
 		return total
 	}
+	// 1.6 s on an idle 2-core machine (the next process scan, then 500 ms
+	// for a line that never comes); a busy CI host is allowed more, never
+	// the join's 72 s.
 	got := 0.0
-	for time.Since(last) < 2*time.Second {
+	for time.Since(last) < 10*time.Second {
 		if got = count(); got == float64(made) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Logf("%v of %d handshakes counted %v after the last", got, made, time.Since(last).Round(time.Millisecond))
-	if got != float64(made) || made < n-2 {
-		t.Errorf("pqwatch_generation_handshakes_total{generation=%q} = %v within 2 s of the last handshake, want %d (the clients' handshakes)", gen, got, made)
+	lag := time.Since(last)
+	t.Logf("%v of %d handshakes counted %v after the last", got, made, lag.Round(time.Millisecond))
+	if got != float64(made) || made < n-2 || lag > 5*time.Second {
+		t.Errorf("pqwatch_generation_handshakes_total{generation=%q} = %v %v after the last handshake, want %d (the clients' handshakes) within seconds", gen, got, lag.Round(time.Millisecond), made)
 	}
 }

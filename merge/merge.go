@@ -155,6 +155,9 @@ type Merger struct {
 	q     ring[entry]       // held, in arrival order
 	held  map[uint64]uint64 // q's index by the keyed hash of the identity (the entry has it whole)
 	mem   map[uint64]memo   // by the keyed hash of the identity
+	// holdUntil (UnixNano, under mu): live, records are held until then,
+	// HoldFor after a handshake was last seen twice; before, none waits.
+	holdUntil int64
 	memQ  ring[memoAt]      // remembered identities, oldest first
 	wm    time.Time         // offline: the watermark
 	timer *time.Timer
@@ -268,6 +271,7 @@ func (m *Merger) Process(r *record.Handshake) {
 			if e := m.q.at(i); e != nil && e.k == k && within(r.TS, e.ts, m.cfg.Window) {
 				gone := m.merge(e, r)
 				m.merged.Add(1)
+				m.viewsSeen(now)
 				m.mu.Unlock()
 				m.done(gone)
 				return
@@ -276,13 +280,24 @@ func (m *Merger) Process(r *record.Handshake) {
 		if len(m.mem) > 0 {
 			if mm, ok := m.mem[h]; ok && within(r.TS, time.Unix(0, mm.ts), m.cfg.Window) {
 				m.late.Add(1)
+				m.viewsSeen(now)
 				m.mu.Unlock()
 				m.done(r)
 				return
 			}
 		}
 	}
-	i := m.q.push(entry{r: r, k: k, h: h, has: has, at: now, ts: r.TS})
+	at := now
+	if !m.cfg.Offline && now.UnixNano() >= m.holdUntil {
+		// Live, no handshake was seen twice lately (a host without NAT or
+		// a second interface on the path): nothing waits. Holding would
+		// delay every record, and the attribution's socket lookup misses
+		// a short connection that closed meanwhile. The identity is still
+		// remembered: a twin coming now is dropped as late, and turns
+		// the hold on.
+		at = now.Add(-m.cfg.Hold)
+	}
+	i := m.q.push(entry{r: r, k: k, h: h, has: has, at: at, ts: r.TS})
 	if has {
 		m.held[h] = i
 	}
@@ -291,6 +306,18 @@ func (m *Merger) Process(r *record.Handshake) {
 	m.mu.Unlock()
 	if ready {
 		m.drain(false)
+	}
+}
+
+// HoldFor is how long, live, records are held after a handshake was last
+// seen twice (merged or late): a node with NAT or several captured
+// interfaces on the path holds them as long as its views keep coming.
+const HoldFor = 10 * time.Minute
+
+// viewsSeen turns the live hold on, or keeps it on, from now (under mu).
+func (m *Merger) viewsSeen(now time.Time) {
+	if !m.cfg.Offline {
+		m.holdUntil = now.Add(HoldFor).UnixNano()
 	}
 }
 

@@ -235,9 +235,42 @@ func TestLateTwin(t *testing.T) {
 	}
 }
 
+// Live, before any handshake was seen twice, nothing waits (a host
+// without NAT: the attribution's socket lookups need the connection still
+// open); the first twin turns the hold on, and is dropped as late.
+func TestLiveHoldOnlyWithViews(t *testing.T) {
+	h := newHarness(Config{Hold: time.Hour})
+	first := view(12, 0, clientAddr, pod, 63)
+	h.feed(first)
+	h.mu.Lock()
+	n := len(h.out)
+	h.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("a record waited with no views seen (%d out)", n)
+	}
+	twin := view(12, 10*time.Microsecond, clientAddr, svc, 64)
+	h.feed(twin)
+	if st := h.m.Stats(); st.Late != 1 || h.done[twin] != 1 {
+		t.Fatalf("the twin: late %d, done %d", st.Late, h.done[twin])
+	}
+	h.feed(view(13, time.Second, clientAddr, pod, 63))
+	h.mu.Lock()
+	n = len(h.out)
+	h.mu.Unlock()
+	if n != 1 {
+		t.Errorf("after a twin, records are held: %d out, want 1", n)
+	}
+	h.m.Flush()
+}
+
 // Live: a timer releases the held records once Hold has passed.
 func TestLiveTimer(t *testing.T) {
 	h := newHarness(Config{Hold: 20 * time.Millisecond})
+	// A twin seen once turns the hold on.
+	h.feed(view(14, 0, clientAddr, pod, 63), view(14, time.Microsecond, clientAddr, svc, 64))
+	h.mu.Lock()
+	h.out = nil
+	h.mu.Unlock()
 	up := view(11, 0, clientAddr, svc, 64)
 	br := view(11, 30*time.Microsecond, clientAddr, pod, 63)
 	start := time.Now()
@@ -269,7 +302,7 @@ func TestLiveTimer(t *testing.T) {
 	h.mu.Unlock()
 	h.feed(late)
 	h.mu.Lock()
-	if st := h.m.Stats(); st.Late != 1 || h.done[late] != 1 || h.done[up] != 1 {
+	if st := h.m.Stats(); st.Late != 2 || h.done[late] != 1 || h.done[up] != 1 { // the warm-up twin and this one
 		t.Errorf("late %d; done late %d, up %d", st.Late, h.done[late], h.done[up])
 	}
 }
