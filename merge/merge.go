@@ -151,17 +151,17 @@ type Merger struct {
 	out   sync.Mutex          // held while records leave: they leave in order
 	batch []*record.Handshake // under out
 
-	mu    sync.Mutex
-	q     ring[entry]       // held, in arrival order
-	held  map[uint64]uint64 // q's index by the keyed hash of the identity (the entry has it whole)
-	mem   map[uint64]memo   // by the keyed hash of the identity
+	mu   sync.Mutex
+	q    ring[entry]       // held, in arrival order
+	held map[uint64]uint64 // q's index by the keyed hash of the identity (the entry has it whole)
+	mem  map[uint64]memo   // by the keyed hash of the identity
 	// holdUntil (UnixNano, under mu): live, records are held until then,
 	// HoldFor after a handshake was last seen twice; before, none waits.
 	holdUntil int64
-	memQ  ring[memoAt]      // remembered identities, oldest first
-	wm    time.Time         // offline: the watermark
-	timer *time.Timer
-	armed bool
+	memQ      ring[memoAt] // remembered identities, oldest first
+	wm        time.Time    // offline: the watermark
+	timer     *time.Timer
+	armed     bool
 
 	merged, late, overHeld, overMem atomic.Uint64
 }
