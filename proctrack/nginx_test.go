@@ -233,9 +233,15 @@ func isNginxMaster(pid int) bool {
 // tailEmerg feeds [emerg] lines of the error log to tr.NoteEmerg, as the
 // log tailer of the live agent does.
 func tailEmerg(ctx context.Context, path string, tr *Tracker) {
+	tailEmergEvery(ctx, path, tr, 20*time.Millisecond)
+}
+
+// tailEmergEvery is tailEmerg reading the log every interval (the agent's
+// tailer reads every 200 ms: the process that logged is gone by then).
+func tailEmergEvery(ctx context.Context, path string, tr *Tracker, interval time.Duration) {
 	var off int64
 	var partial []byte
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {

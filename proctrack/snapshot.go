@@ -45,6 +45,10 @@ type procSnap struct {
 	// oldbin: a master's pid file has a ".oldbin" sibling (a swap starting,
 	// or one that failed before its new master ran).
 	oldbin bool
+	// oldbinRenamed: the pid-file watch saw the pid file renamed to
+	// .oldbin since the last read (the file may be back already: nginx
+	// renames it back when its new binary exits).
+	oldbinRenamed bool
 }
 
 // identity is what a process's binary is: for masters and servers.

@@ -52,14 +52,33 @@ type swapState struct {
 	gens     map[procKey]*generation
 	order    []*generation // creation order, for eviction
 	pendings []*pending
-	serving  []*proc // workers and servers, for the socket index
-	scans    uint64  // steps taken
-	evicted  uint64  // generations evicted
+	// kids remembers the master-titled children of masters (a USR2's new
+	// master, forked or exec'd) seen by a scan, by pid, for a while after
+	// they exit: the [emerg] of a new binary that fails its configuration
+	// is read from the log after it has gone.
+	kids    map[int]kidNote
+	serving []*proc // workers and servers, for the socket index
+	scans   uint64  // steps taken
+	evicted uint64  // generations evicted
 }
 
 func newSwapState(cfg swapConfig) *swapState {
 	return &swapState{cfg: cfg, procs: map[int]*proc{}, gens: map[procKey]*generation{}}
 }
+
+// kidNote is a master-titled child of a master, as a scan saw it.
+type kidNote struct {
+	key    procKey // the child
+	parent procKey // its master
+	seen   time.Time
+}
+
+// maxKids bounds swapState.kids; kidsKeep is how long a child that exited
+// is remembered.
+const (
+	maxKids  = 64
+	kidsKeep = 30 * time.Second
+)
 
 type procKey struct {
 	pid   int
@@ -101,12 +120,21 @@ type generation struct {
 // further groups are counted as "other".
 const maxGroupsPerGeneration = 32
 
+// pending is a suspected failed swap. gen is the master that tried it,
+// from a fact of its own: its pid file's .oldbin, or the [emerg]'s process
+// (itself, its parent, or the child of it a scan saw); nil when none says.
+// cands are then the masters the [emerg]'s error log leaves possible (nil:
+// any), and the failure is reported without naming one unless a later
+// fact does.
 type pending struct {
 	gen      *generation
+	cands    []*generation
+	by       string // which fact named gen
 	since    time.Time
 	ts       time.Time
 	emergPID int
 	reason   string
+	back     bool // the pid file was renamed to .oldbin and back: nginx saw its new binary exit
 	scans    int
 }
 
@@ -117,6 +145,12 @@ type emergNote struct {
 	pid  int       // the process that logged it
 	ppid int       // its parent when noted (0: gone by then)
 	msg  string
+	// log is the error log the line was read from ("" unknown), masters
+	// the nginx masters that write that file (their -e startup log, where
+	// a new binary's configuration errors go, or an error log they hold
+	// open), as the Tracker found them when the line was noted.
+	log     string
+	masters []procKey
 }
 
 // logNote is a log line step asks its caller to write.
@@ -152,7 +186,7 @@ func step(s *swapState, snap *snapshot, emergs []emergNote, now time.Time) (*swa
 	var out stepOut
 	s.scans++
 	for _, e := range emergs {
-		s.noteEmerg(e, &out)
+		s.noteEmerg(e, now, &out)
 	}
 
 	seen := make(map[int]*proc, len(snap.procs))
@@ -333,6 +367,7 @@ func step(s *swapState, snap *snapshot, emergs []emergNote, now time.Time) (*swa
 
 	s.checkOldbin(seen, now, &out)
 	s.checkPendings(seen, snap, now, &out)
+	s.rememberKids(seen, now)
 	s.procs = seen
 	s.evict()
 	return s, out
@@ -386,10 +421,15 @@ func labelSafe(s string) string {
 // noteEmerg opens a pending failed swap for an [emerg] line, as of the
 // previous snapshot: an [emerg] from a worker is ignored; any other opens
 // a pending failure that a new master running within FailedSwapTimeout
-// settles.
-func (s *swapState) noteEmerg(e emergNote, out *stepOut) {
+// settles. The master it is about is named by facts of its own only: the
+// process that logged (a master), its parent (read when the line was
+// noted, or remembered from a scan that saw it), or the one master whose
+// error log the line came from; never by being the only or the first
+// master on the host.
+func (s *swapState) noteEmerg(e emergNote, now time.Time, out *stepOut) {
 	pid := e.pid
 	var g *generation
+	by := ""
 	if p := s.procs[pid]; p != nil {
 		switch p.role {
 		case roleWorker, roleDrain, roleHelper:
@@ -397,9 +437,9 @@ func (s *swapState) noteEmerg(e emergNote, out *stepOut) {
 			return
 		case roleMaster:
 			if p.gen != nil && p.gen.key == p.key {
-				g = p.gen
-			} else if m := s.procs[p.ppid]; m != nil && m.gen != nil {
-				g = m.gen
+				g, by = p.gen, "the master that logged the [emerg]"
+			} else if m := s.procs[p.ppid]; m != nil && m.gen != nil && m.gen.key == m.key {
+				g, by = m.gen, "the parent of the process that logged the [emerg]"
 			}
 		}
 	}
@@ -411,14 +451,69 @@ func (s *swapState) noteEmerg(e emergNote, out *stepOut) {
 		// before a scan sees it; while it lives, its parent names the
 		// generation that tried the swap.
 		if m := s.procs[e.ppid]; m != nil && m.role == roleMaster && m.gen != nil && m.gen.key == m.key {
-			g = m.gen
+			g, by = m.gen, "the parent of the process that logged the [emerg]"
 		}
 	}
-	s.addPending(&pending{gen: g, since: e.at, ts: e.ts, emergPID: pid, reason: "[emerg] " + e.msg})
+	if g == nil && pid > 0 {
+		// A scan saw it as a master's child before it exited.
+		if k, ok := s.kids[pid]; ok && now.Sub(k.seen) <= kidsKeep {
+			if m := s.gens[k.parent]; m != nil && m.alive {
+				g, by = m, "the parent a scan saw of the process that logged the [emerg]"
+			}
+		}
+	}
+	var cands []*generation
+	if g == nil && len(e.masters) > 0 {
+		for _, k := range e.masters {
+			if m := s.gens[k]; m != nil && m.alive && !slices.Contains(cands, m) {
+				cands = append(cands, m)
+			}
+		}
+		if len(cands) == 1 {
+			g, by, cands = cands[0], "the master whose error log holds the [emerg]", nil
+		} else if len(cands) == 0 {
+			cands = nil
+		}
+	}
+	reason := "[emerg] " + e.msg
+	s.addPending(&pending{gen: g, cands: cands, by: by, since: e.at, ts: e.ts, emergPID: pid, reason: reason}, out)
+}
+
+// rememberKids notes the master-titled children of masters in seen, and
+// forgets those gone for kidsKeep (or the oldest, beyond maxKids).
+func (s *swapState) rememberKids(seen map[int]*proc, now time.Time) {
+	for _, p := range seen {
+		if p.role != roleMaster {
+			continue
+		}
+		if m := seen[p.ppid]; m != nil && m.role == roleMaster {
+			if s.kids == nil {
+				s.kids = map[int]kidNote{}
+			}
+			s.kids[p.key.pid] = kidNote{key: p.key, parent: m.key, seen: now}
+		}
+	}
+	for pid, k := range s.kids {
+		if now.Sub(k.seen) > kidsKeep {
+			delete(s.kids, pid)
+		}
+	}
+	for len(s.kids) > maxKids {
+		oldest := -1
+		for pid, k := range s.kids {
+			if o, ok := s.kids[oldest]; !ok || k.seen.Before(o.seen) || (k.seen.Equal(o.seen) && pid < oldest) {
+				oldest = pid
+			}
+		}
+		delete(s.kids, oldest)
+	}
 }
 
 // checkOldbin opens a pending failure when a master's pid file was renamed
-// to .oldbin and it has no running successor.
+// to .oldbin (the scan found the file, or the pid-file watch saw the
+// rename since the last scan) and it has no running successor. A rename
+// already undone (the watch saw it, the file is gone) is nginx's own
+// verdict: its new binary exited.
 func (s *swapState) checkOldbin(seen map[int]*proc, now time.Time, out *stepOut) {
 	for _, g := range s.order {
 		if !g.alive || g.kind != record.GenerationNginx || g.ident.pidFile == "" {
@@ -427,40 +522,109 @@ func (s *swapState) checkOldbin(seen map[int]*proc, now time.Time, out *stepOut)
 		if g.parent != nil && g.parent.alive {
 			continue // the new master of an ongoing swap shares the pid path
 		}
-		exists := false
+		exists, renamed := false, false
 		if m := seen[g.key.pid]; m != nil && m.key == g.key {
-			exists = m.oldbin
+			exists, renamed = m.oldbin, m.oldbinRenamed
 		}
-		if exists && !g.oldbinSeen && (g.successor == nil || !g.successor.alive) {
-			out.log(slog.LevelInfo, "pid file renamed to .oldbin", "generation", g.id, "pid_file", g.ident.pidFile)
-			s.addPending(&pending{gen: g, since: now, ts: now, reason: g.ident.pidFile + ".oldbin appeared"})
+		noSucc := g.successor == nil || !g.successor.alive
+		if (exists && !g.oldbinSeen || renamed) && noSucc {
+			back := renamed && !exists
+			out.log(slog.LevelInfo, "pid file renamed to .oldbin", "generation", g.id, "pid_file", g.ident.pidFile, "renamed_back", back)
+			reason := g.ident.pidFile + ".oldbin appeared"
+			if back {
+				reason = g.ident.pidFile + " renamed to .oldbin and back"
+			}
+			s.addPending(&pending{gen: g, by: "its pid file's .oldbin", since: now, ts: now, reason: reason, back: back}, out)
 		}
 		g.oldbinSeen = exists
 	}
 }
 
-func (s *swapState) addPending(p *pending) {
-	for _, q := range s.pendings {
-		if q.gen == nil || p.gen == nil || q.gen == p.gen {
-			if q.gen == nil {
-				q.gen = p.gen
+// addPending adds p, or joins it to the pending failure it is part of: one
+// about the same master, or one whose master no fact named yet and whose
+// candidates allow p's. A pending of unknown master joins the one pending
+// its candidates allow, when there is exactly one.
+func (s *swapState) addPending(p *pending, out *stepOut) {
+	var into *pending
+	if p.gen != nil {
+		for _, q := range s.pendings {
+			if q.gen == p.gen {
+				into = q
+				break
 			}
-			if q.emergPID == 0 {
-				q.emergPID = p.emergPID
+		}
+		if into == nil {
+			for _, q := range s.pendings {
+				if q.gen == nil && q.allows(p.gen) {
+					into = q
+					break
+				}
 			}
-			if p.reason != "" && !strings.Contains(q.reason, p.reason) {
-				q.reason += "; " + p.reason
+		}
+	} else {
+		var known []*pending
+		for _, q := range s.pendings {
+			if q.gen != nil && p.allows(q.gen) {
+				known = append(known, q)
 			}
-			return
+		}
+		if len(known) == 1 {
+			into = known[0]
+		} else {
+			for _, q := range s.pendings {
+				if q.gen == nil {
+					into = q
+					break
+				}
+			}
 		}
 	}
-	s.pendings = append(s.pendings, p)
+	if into == nil {
+		s.pendings = append(s.pendings, p)
+		if p.gen != nil {
+			out.log(slog.LevelInfo, "failed swap suspected", "generation", p.gen.id, "by", p.by)
+		}
+		return
+	}
+	q := into
+	switch {
+	case q.gen == nil && p.gen != nil:
+		q.gen, q.by, q.cands = p.gen, p.by, nil
+		out.log(slog.LevelInfo, "failed swap suspected", "generation", q.gen.id, "by", q.by)
+	case q.gen == nil:
+		// Two lines of unknown master: the candidates either allows.
+		if q.cands == nil || p.cands == nil {
+			q.cands = nil
+		} else {
+			for _, c := range p.cands {
+				if !slices.Contains(q.cands, c) {
+					q.cands = append(q.cands, c)
+				}
+			}
+		}
+	}
+	if q.emergPID == 0 {
+		q.emergPID = p.emergPID
+	}
+	q.back = q.back || p.back
+	if p.reason != "" && !strings.Contains(q.reason, p.reason) {
+		q.reason += "; " + p.reason
+	}
+}
+
+// allows says whether g may be the master of p: p names it, or names none
+// and has no candidates or g among them.
+func (p *pending) allows(g *generation) bool {
+	if p.gen != nil {
+		return p.gen == g
+	}
+	return p.cands == nil || slices.Contains(p.cands, g)
 }
 
 // resolvePendings drops the pending failures that a new master of g settles.
 func (s *swapState) resolvePendings(g *generation) {
 	s.pendings = slices.DeleteFunc(s.pendings, func(p *pending) bool {
-		return p.gen == nil || p.gen == g
+		return p.allows(g)
 	})
 }
 
@@ -482,7 +646,7 @@ func (s *swapState) checkPendings(seen map[int]*proc, snap *snapshot, now time.T
 		candidate := false // a master-titled child that may still become the new master
 		for _, q := range seen {
 			if q.role == roleMaster && q.gen == nil {
-				if m := seen[q.ppid]; m != nil && m.role == roleMaster && (p.gen == nil || m.gen == p.gen) {
+				if m := seen[q.ppid]; m != nil && m.role == roleMaster && m.gen != nil && p.allows(m.gen) {
 					candidate = true
 				}
 			}
@@ -491,34 +655,48 @@ func (s *swapState) checkPendings(seen map[int]*proc, snap *snapshot, now time.T
 		if p.emergPID > 0 && !emergAlive {
 			emergAlive = snap.alive[p.emergPID]
 		}
-		fast := p.emergPID > 0 && !emergAlive && !candidate && p.scans >= 1
+		// Early: the process that logged is gone, or nginx renamed its pid
+		// file back (its new binary exited), and no child may yet become
+		// the new master.
+		fast := (p.emergPID > 0 && !emergAlive || p.back) && !candidate && p.scans >= 1
 		if !fast && now.Sub(p.since) < s.cfg.failedSwapTimeout {
 			keep = append(keep, p)
 			continue
 		}
-		var serving []string
-		subject := ""
-		if p.gen != nil && p.gen.alive {
-			serving = append(serving, p.gen.id)
-			subject = p.gen.id
-		} else {
-			for _, g := range s.order {
-				if g.alive && g.kind == record.GenerationNginx && len(g.live) > 0 && (g.successor == nil || !g.successor.alive) {
-					serving = append(serving, g.id)
-				}
-			}
-			if len(serving) > 0 {
-				subject = serving[0]
-			}
-		}
-		msg := fmt.Sprintf("swap failed (%s): no new master runs; %s still serves", p.reason, strings.Join(serving, ", "))
-		if len(serving) == 0 {
-			msg = fmt.Sprintf("swap failed (%s): no new master runs and no generation serves", p.reason)
-		}
-		out.emit(now, KindFailed, subject, strings.Join(serving, ","), msg)
+		s.failed(p, now, out)
 	}
 	clear(s.pendings[len(keep):])
 	s.pendings = keep
+}
+
+// failed emits the failed swap p: about the master a fact named, which
+// alone still serves; or, when none did, about no generation, with the
+// masters the facts left possible (those whose error log held the line).
+// Another master on the host is never named: it had no swap.
+func (s *swapState) failed(p *pending, now time.Time, out *stepOut) {
+	g := p.gen
+	switch {
+	case g != nil && g.alive:
+		msg := fmt.Sprintf("swap failed (%s): no new master runs; %s still serves", p.reason, g.id)
+		if len(g.live) == 0 {
+			msg = fmt.Sprintf("swap failed (%s): no new master runs; %s runs but has no workers", p.reason, g.id)
+		}
+		out.emit(now, KindFailed, g.id, g.id, msg)
+	case g != nil:
+		out.emit(now, KindFailed, g.id, "", fmt.Sprintf("swap failed (%s): no new master runs and %s has exited", p.reason, g.id))
+	default:
+		var ids []string
+		for _, c := range p.cands {
+			if c.alive {
+				ids = append(ids, c.id)
+			}
+		}
+		msg := fmt.Sprintf("swap failed (%s): no new master runs; no fact names the master that tried it", p.reason)
+		if len(ids) > 0 {
+			msg += fmt.Sprintf(" (its error log is that of %s)", strings.Join(ids, ", "))
+		}
+		out.emit(now, KindFailed, "", "", msg)
+	}
 }
 
 // evict drops the oldest exited generations beyond MaxGenerations.

@@ -541,3 +541,154 @@ func statLine(pid int, comm string, ppid int, flags, start uint64) string {
 	f[21] = fmt.Sprint(start * 100)
 	return strings.Join(f, " ") + "\n"
 }
+
+// renamed is the pid-file watch's fact: master's pid file was renamed to
+// .oldbin since the last scan; back: and renamed back already.
+func (f *fixture) renamed(master int, back bool) {
+	p := f.procs[master]
+	p.oldbinRenamed, p.oldbin = true, !back
+	f.procs[master] = p
+}
+
+// clearRenamed is the next scan's view: the watch saw no new rename.
+func (f *fixture) clearRenamed(master int) {
+	p := f.procs[master]
+	p.oldbinRenamed, p.oldbin = false, false
+	f.procs[master] = p
+}
+
+// TestStepFailedSwapManyMasters: several nginx masters on one host (100 the
+// oldest, an unrelated instance), and a USR2 to 300 that fails: its new
+// binary (pid 600) logs an [emerg] and exits before any scan sees it, and
+// the log is read after it has gone (no parent). The failed event names
+// 300, and only 300 as still serving, from 300's own facts: its pid file's
+// .oldbin, the parent a scan saw of the process that logged, or the error
+// log only it writes; with no fact it names none, never the first master.
+func TestStepFailedSwapManyMasters(t *testing.T) {
+	emerg := func(f *fixture, masters ...int) emergNote {
+		e := emergNote{at: f.now, ts: f.now, pid: 600, msg: `SSL_CTX_set1_curves_list("X25519MLKEM768:x25519") failed`, log: "/var/log/nginx/b.log"}
+		for _, m := range masters {
+			e.masters = append(e.masters, f.procs[m].key)
+		}
+		return e
+	}
+	host := func(t *testing.T) *fixture {
+		f := newFixture(t)
+		for i, m := range []int{100, 300, 500} {
+			bin := nginxBinary(fmt.Sprint("nginx-", i))
+			bin.pidFile = fmt.Sprintf("/run/nginx-%d.pid", i)
+			f.master(m, 1, bin)
+			f.workers(m, m+1, m+2)
+		}
+		f.expect("start")
+		return f
+	}
+	named := func(t *testing.T, f *fixture, kinds []string, want int) {
+		t.Helper()
+		if !slices.Equal(kinds, []string{KindFailed}) {
+			t.Fatalf("events %v (all %+v)", kinds, f.events)
+		}
+		e, g := f.last(), f.gen(want)
+		if e.Generation != g.id || e.Other != g.id || !strings.Contains(e.Message, g.id+" still serves") {
+			t.Fatalf("failed event %+v, want about %s alone", e, g.id)
+		}
+		for _, m := range []int{100, 300, 500} {
+			if m != want && strings.Contains(e.Message+e.Other, f.gen(m).id) {
+				t.Fatalf("failed event names %d: %+v", m, e)
+			}
+		}
+	}
+	t.Run("oldbin_renamed_back", func(t *testing.T) {
+		f := host(t)
+		f.renamed(300, true) // to .oldbin and back between two scans
+		named(t, f, f.scan(emerg(f)), 300)
+		f.clearRenamed(300)
+		f.expect("reported once")
+	})
+	t.Run("oldbin_alone", func(t *testing.T) {
+		// No [emerg] read (error_log above emerg, or not tailed): nginx
+		// renaming its pid file back is the verdict, at the next scan.
+		f := host(t)
+		f.renamed(300, true)
+		named(t, f, f.scan(), 300)
+	})
+	t.Run("oldbin_then_emerg", func(t *testing.T) {
+		f := host(t)
+		f.renamed(300, false) // the scan fell inside the window: .oldbin exists
+		f.alive[600] = true
+		f.expect("oldbin")
+		f.clearRenamed(300)
+		delete(f.alive, 600)
+		named(t, f, f.scan(emerg(f)), 300)
+	})
+	t.Run("kid_seen", func(t *testing.T) {
+		f := host(t)
+		f.fork(600, 300) // a scan saw the USR2 child before its exec
+		f.expect("fork")
+		f.exit(600)
+		f.expect("the child exited")
+		named(t, f, f.scan(emerg(f)), 300)
+	})
+	t.Run("error_log", func(t *testing.T) {
+		f := host(t)
+		named(t, f, f.scan(emerg(f, 300)), 300)
+	})
+	t.Run("shared_error_log_and_oldbin", func(t *testing.T) {
+		f := host(t)
+		f.renamed(300, true)
+		named(t, f, f.scan(emerg(f, 100, 300)), 300)
+	})
+	t.Run("no_fact", func(t *testing.T) {
+		f := host(t)
+		if k := f.scan(emerg(f)); !slices.Equal(k, []string{KindFailed}) {
+			t.Fatalf("events %v", k)
+		}
+		if e := f.last(); e.Generation != "" || e.Other != "" || strings.Contains(e.Message, "still serves") {
+			t.Fatalf("failed event with no fact names a master: %+v", e)
+		}
+	})
+	t.Run("shared_error_log", func(t *testing.T) {
+		f := host(t)
+		f.scan(emerg(f, 100, 300))
+		e := f.last()
+		if e.Kind != KindFailed || e.Generation != "" || e.Other != "" || !strings.Contains(e.Message, f.gen(100).id+", "+f.gen(300).id) || strings.Contains(e.Message, f.gen(500).id) {
+			t.Fatalf("failed event %+v", e)
+		}
+	})
+	t.Run("another_mid_swap", func(t *testing.T) {
+		// 500 is in a swap of its own (its new master 700 runs, its pid
+		// file is .oldbin) when 300's fails: 300 is named, 500's swap
+		// goes on untouched.
+		f := host(t)
+		f.renamed(500, false)
+		f.master(700, 500, nginxBinary("nginx-2b"))
+		f.workers(700, 701)
+		f.expect("500's USR2", KindUSR2)
+		p := f.procs[500]
+		p.oldbinRenamed = false
+		f.procs[500] = p
+		f.renamed(300, true)
+		named(t, f, f.scan(emerg(f, 300, 500)), 300)
+		f.clearRenamed(300)
+		f.exit(501, 502)
+		f.expect("500's WINCH", KindWINCH)
+		f.exit(500)
+		f.expect("500's QUIT", KindQUIT)
+		if n := len(f.st.pendings); n != 0 {
+			t.Fatalf("pending %+v", f.st.pendings[0])
+		}
+	})
+	t.Run("another_usr2_does_not_settle", func(t *testing.T) {
+		// An [emerg] that only 300's error log holds is not settled by
+		// 500's successful USR2 at the same time.
+		f := host(t)
+		f.alive[600] = true
+		e := emerg(f, 300)
+		f.master(700, 500, nginxBinary("nginx-2b"))
+		if k := f.scan(e); !slices.Equal(k, []string{KindUSR2}) {
+			t.Fatalf("events %v", k)
+		}
+		delete(f.alive, 600)
+		named(t, f, f.scan(), 300)
+	})
+}
