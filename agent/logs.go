@@ -112,7 +112,7 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 				// another file than nginx's error log.
 				a.log.Warn("nginx error log", "path", p, "level", e.Level.String(), "pid", e.PID, "msg", errorSummary(e.Message))
 				if a.procs != nil {
-					a.procs.NoteEmerg(e.Time, e.PID, string(e.Message))
+					a.procs.NoteEmergIn(p, e.Time, e.PID, string(e.Message))
 				}
 			}
 		})

@@ -278,7 +278,7 @@ func tailEmergEvery(ctx context.Context, path string, tr *Tracker, interval time
 			if err != nil || ts.IsZero() {
 				continue // a continuation of a multi-line message
 			}
-			tr.NoteEmerg(ts, pid, msg)
+			tr.NoteEmergIn(path, ts, pid, msg)
 		}
 	}
 }

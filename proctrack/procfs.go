@@ -93,6 +93,26 @@ func masterArgs(args string) (bin, conf, prefix string) {
 	return bin, conf, prefix
 }
 
+// masterErrorLog extracts the -e error log from a master's title ("" when
+// it has none): where nginx writes what it logs before its configuration
+// is read, a new binary's configuration errors among it.
+func masterErrorLog(args string) string {
+	f := strings.Fields(args)
+	e := ""
+	for i := 1; i < len(f); i++ {
+		switch {
+		case (f[i] == "-c" || f[i] == "-p" || f[i] == "-g") && i+1 < len(f):
+			i++
+		case f[i] == "-e" && i+1 < len(f):
+			e = f[i+1]
+			i++
+		case strings.HasPrefix(f[i], "-e") && len(f[i]) > 2:
+			e = f[i][2:]
+		}
+	}
+	return e
+}
+
 // mappedTLSLibs returns the paths of the first libssl and libcrypto shared
 // objects found in /proc/PID/maps. NSS's libssl3.so is not OpenSSL and is
 // ignored.

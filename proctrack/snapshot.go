@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -60,6 +61,7 @@ type identity struct {
 	openssl string // the TLS library's version
 	conf    string // nginx -c path
 	pidFile string // nginx's pid file
+	errLog  string // the error log before the configuration is read: -e, or the compiled-in one
 }
 
 // procReader reads /proc into snapshots. It is not safe for concurrent use
@@ -74,6 +76,7 @@ type procReader struct {
 	nginxConf    string
 	nginxPrefix  string
 	nginxPidFile string
+	nginxErrLog  string
 	files        *fileCache
 	log          *slog.Logger
 	watch        *changeWatch // the probe's pidfds and pid-file watches (nil: none)
@@ -100,7 +103,7 @@ func newProcReader(cfg Config, btime int64, log *slog.Logger) *procReader {
 	r := &procReader{
 		root: cfg.ProcRoot, nginxComms: cfg.NginxComms, scanInterval: cfg.ScanInterval,
 		btime: btime, clockTicks: cfg.ClockTicks, pageSize: cfg.PageSize,
-		nginxConf: cfg.NginxConf, nginxPrefix: cfg.NginxPrefix, nginxPidFile: cfg.NginxPidFile,
+		nginxConf: cfg.NginxConf, nginxPrefix: cfg.NginxPrefix, nginxPidFile: cfg.NginxPidFile, nginxErrLog: cfg.NginxErrorLog,
 		files: newFileCache(256), log: log,
 		buf:  make([]byte, 0, 4096),
 		last: map[int]procKey{}, roles: map[procKey]roleInfo{}, idents: map[procKey]identity{},
@@ -148,6 +151,9 @@ func (r *procReader) read(now time.Time, serverPIDs map[int]uint64, alivePIDs []
 	// host; a light scan costs a few reads per server process. Without the
 	// children files (a kernel without CONFIG_PROC_CHILDREN) every scan
 	// reads the directory.
+	// The pid-file renames to .oldbin since the last read, before /proc is
+	// read: a rename undone in between is seen here only.
+	renamed := r.watch.takeRenamed()
 	full := r.boring == nil || now.Sub(r.lastFull) >= fullScanEvery*r.scanInterval
 	light := !full && r.childrenOK && now.Sub(r.lastDir) < dirScanEvery*r.scanInterval
 	var pids []int
@@ -257,6 +263,7 @@ func (r *procReader) read(now time.Time, serverPIDs map[int]uint64, alivePIDs []
 			if p.role == roleMaster && p.ident.pidFile != "" {
 				_, err := os.Stat(r.path(pid, "root") + p.ident.pidFile + ".oldbin")
 				p.oldbin = err == nil
+				p.oldbinRenamed = renamed[key]
 			}
 		}
 		snap.procs = append(snap.procs, p)
@@ -367,6 +374,15 @@ func (r *procReader) identify(pid int, ri roleInfo) identity {
 		}
 		id.conf = conf
 		id.pidFile = r.nginxPidFile
+		switch e := masterErrorLog(ri.masterArgs); {
+		case e == "":
+			id.errLog = r.nginxErrLog
+		case e == "stderr":
+		case filepath.IsAbs(e):
+			id.errLog = e
+		default:
+			id.errLog = filepath.Join(prefix, e)
+		}
 		if b, err := os.ReadFile(r.path(pid, "root") + conf); err == nil {
 			if v := nginxPidDirective(b); v != "" {
 				if !filepath.IsAbs(v) {
@@ -476,6 +492,45 @@ func (r *procReader) probe(st *swapState) bool {
 		}
 	}
 	return true
+}
+
+// logMasters returns the masters of procs that write the file at path (as
+// this process sees it): their -e error log (where a new binary started by
+// USR2 writes its configuration errors) is that file, or they hold it open
+// (the error_log of their configuration). Files are compared by device and
+// inode, through each master's root.
+func (r *procReader) logMasters(path string, procs map[int]*proc) []procKey {
+	var want syscall.Stat_t
+	if path == "" || syscall.Stat(path, &want) != nil {
+		return nil
+	}
+	same := func(p string) bool {
+		var st syscall.Stat_t
+		return syscall.Stat(p, &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino
+	}
+	var out []procKey
+	for _, pid := range slices.Sorted(maps.Keys(procs)) {
+		p := procs[pid]
+		if p.role != roleMaster || p.gen == nil || p.gen.key != p.key {
+			continue
+		}
+		if e := p.ident.errLog; e != "" && same(r.path(pid, "root")+e) {
+			out = append(out, p.key)
+			continue
+		}
+		fdDir := r.path(pid, "fd")
+		fds, err := readDirNames(fdDir)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if same(fdDir + "/" + fd) {
+				out = append(out, p.key)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // parentOf reads pid's parent (0 when it is gone).

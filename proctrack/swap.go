@@ -56,14 +56,24 @@ type swapState struct {
 	// master, forked or exec'd) seen by a scan, by pid, for a while after
 	// they exit: the [emerg] of a new binary that fails its configuration
 	// is read from the log after it has gone.
-	kids    map[int]kidNote
-	serving []*proc // workers and servers, for the socket index
-	scans   uint64  // steps taken
-	evicted uint64  // generations evicted
+	kids map[int]kidNote
+	// reported are the failures reported within failedSwapTimeout: a late
+	// [emerg] of one (the log read after nginx's own verdict, within a
+	// third of it) joins it.
+	reported []reportedFail
+	serving  []*proc // workers and servers, for the socket index
+	scans    uint64  // steps taken
+	evicted  uint64  // generations evicted
 }
 
 func newSwapState(cfg swapConfig) *swapState {
 	return &swapState{cfg: cfg, procs: map[int]*proc{}, gens: map[procKey]*generation{}}
+}
+
+// reportedFail is a failed swap reported.
+type reportedFail struct {
+	gen *generation // nil: no fact named its master
+	at  time.Time
 }
 
 // kidNote is a master-titled child of a master, as a scan saw it.
@@ -134,6 +144,7 @@ type pending struct {
 	ts       time.Time
 	emergPID int
 	reason   string
+	oldbin   bool // opened by the pid file's .oldbin (a USR2 attempt of its own)
 	back     bool // the pid file was renamed to .oldbin and back: nginx saw its new binary exit
 	scans    int
 }
@@ -534,7 +545,7 @@ func (s *swapState) checkOldbin(seen map[int]*proc, now time.Time, out *stepOut)
 			if back {
 				reason = g.ident.pidFile + " renamed to .oldbin and back"
 			}
-			s.addPending(&pending{gen: g, by: "its pid file's .oldbin", since: now, ts: now, reason: reason, back: back}, out)
+			s.addPending(&pending{gen: g, by: "its pid file's .oldbin", since: now, ts: now, reason: reason, oldbin: true, back: back}, out)
 		}
 		g.oldbinSeen = exists
 	}
@@ -576,6 +587,21 @@ func (s *swapState) addPending(p *pending, out *stepOut) {
 					into = q
 					break
 				}
+			}
+		}
+	}
+	if into == nil && !p.oldbin {
+		// A line of a failure already reported (nginx's verdict came
+		// first): it joins it rather than report it again. A .oldbin is
+		// a new attempt.
+		for _, r := range slices.Backward(s.reported) {
+			if p.since.Sub(r.at) <= s.cfg.failedSwapTimeout/3 && (r.gen != nil && p.allows(r.gen) || r.gen == nil && p.gen == nil) {
+				id := ""
+				if r.gen != nil {
+					id = r.gen.id
+				}
+				out.log(slog.LevelInfo, "emerg of a failed swap already reported", "generation", id, "reason", p.reason)
+				return
 			}
 		}
 	}
@@ -658,7 +684,10 @@ func (s *swapState) checkPendings(seen map[int]*proc, snap *snapshot, now time.T
 		// Early: the process that logged is gone, or nginx renamed its pid
 		// file back (its new binary exited), and no child may yet become
 		// the new master.
-		fast := (p.emergPID > 0 && !emergAlive || p.back) && !candidate && p.scans >= 1
+		// The pid file renamed back waits a little for the [emerg] that
+		// says why (the log is read apart from the scans).
+		back := p.back && now.Sub(p.since) >= s.cfg.failedSwapTimeout/6
+		fast := (p.emergPID > 0 && !emergAlive || back) && !candidate && p.scans >= 1
 		if !fast && now.Sub(p.since) < s.cfg.failedSwapTimeout {
 			keep = append(keep, p)
 			continue
@@ -675,6 +704,11 @@ func (s *swapState) checkPendings(seen map[int]*proc, snap *snapshot, now time.T
 // Another master on the host is never named: it had no swap.
 func (s *swapState) failed(p *pending, now time.Time, out *stepOut) {
 	g := p.gen
+	s.reported = slices.DeleteFunc(s.reported, func(r reportedFail) bool { return now.Sub(r.at) > s.cfg.failedSwapTimeout })
+	if len(s.reported) >= 8 {
+		s.reported = slices.Delete(s.reported, 0, 1)
+	}
+	s.reported = append(s.reported, reportedFail{gen: g, at: now})
 	switch {
 	case g != nil && g.alive:
 		msg := fmt.Sprintf("swap failed (%s): no new master runs; %s still serves", p.reason, g.id)

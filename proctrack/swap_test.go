@@ -610,7 +610,16 @@ func TestStepFailedSwapManyMasters(t *testing.T) {
 		// renaming its pid file back is the verdict, at the next scan.
 		f := host(t)
 		f.renamed(300, true)
+		f.expect("renamed back: a little time for the [emerg]")
+		f.clearRenamed(300)
 		named(t, f, f.scan(), 300)
+		// The log read after the verdict: the line joins it, whatever
+		// fact it carries; a line only another master's log holds is
+		// another failure.
+		if k := f.scan(emerg(f), emerg(f, 300)); len(k) != 0 {
+			t.Fatalf("a late [emerg] reported again: %v", k)
+		}
+		named(t, f, f.scan(emerg(f, 100)), 100)
 	})
 	t.Run("oldbin_then_emerg", func(t *testing.T) {
 		f := host(t)

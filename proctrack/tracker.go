@@ -101,8 +101,10 @@ type Config struct {
 	MaxAccepts int
 	// NginxConf, NginxPrefix and NginxPidFile are the compiled-in defaults
 	// used when a master's command line has no -c / -p and its configuration
-	// has no pid directive. Debian's by default.
-	NginxConf, NginxPrefix, NginxPidFile string
+	// has no pid directive; NginxErrorLog the error log when it has no -e
+	// (where a new binary started by USR2 logs its configuration errors).
+	// Debian's by default.
+	NginxConf, NginxPrefix, NginxPidFile, NginxErrorLog string
 	// ClockTicks is USER_HZ (CLK_TCK), 100 by default.
 	ClockTicks int64
 	// PageSize is the page size for /proc/PID/statm, os.Getpagesize() by default.
@@ -146,6 +148,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.NginxPidFile == "" {
 		c.NginxPidFile = "/run/nginx.pid"
+	}
+	if c.NginxErrorLog == "" {
+		c.NginxErrorLog = "/var/log/nginx/error.log"
 	}
 	if c.ClockTicks <= 0 {
 		c.ClockTicks = 100
@@ -492,19 +497,28 @@ func (t *Tracker) listenPorts(pid int) []uint16 {
 // NoteEmerg reports an [emerg] line from an nginx error log: ts is the line's
 // time, pid the process that logged it. An [emerg] from a worker is ignored;
 // any other opens a pending failed swap that a new master running within
-// FailedSwapTimeout settles.
-func (t *Tracker) NoteEmerg(ts time.Time, pid int, msg string) {
+// FailedSwapTimeout settles. NoteEmergIn says which log it came from.
+func (t *Tracker) NoteEmerg(ts time.Time, pid int, msg string) { t.NoteEmergIn("", ts, pid, msg) }
+
+// NoteEmergIn is NoteEmerg for a line read from the error log at path (as
+// this process sees it): the masters that write that file are the only
+// ones the failure may be about, and the one master that does is named by
+// it when nothing else (the process that logged, its parent) names one.
+func (t *Tracker) NoteEmergIn(path string, ts time.Time, pid int, msg string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.st.procs[pid]; p != nil && (p.role == roleWorker || p.role == roleDrain || p.role == roleHelper) {
 		t.log.Debug("emerg from a worker ignored", "pid", pid, "msg", msg)
 		return
 	}
-	n := emergNote{at: t.cfg.Now(), ts: ts, pid: pid, msg: msg}
+	n := emergNote{at: t.cfg.Now(), ts: ts, pid: pid, msg: msg, log: path}
 	if pid > 0 && t.st.procs[pid] == nil {
 		n.ppid = t.rd.parentOf(pid) // it may be gone by the next scan
 	}
-	t.log.Warn("nginx emerg", "pid", pid, "msg", msg, "ts", ts)
+	if len(t.emergs) < maxEmergs {
+		n.masters = t.rd.logMasters(path, t.st.procs)
+	}
+	t.log.Warn("nginx emerg", "pid", pid, "msg", msg, "ts", ts, "log", path, "log_masters", len(n.masters))
 	if len(t.emergs) >= maxEmergs {
 		t.emergDrops++
 		return

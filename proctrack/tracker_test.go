@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -175,11 +176,27 @@ pqwatch_attributions_total{method="socket"} 1
 // FailedSwapTimeout when no second master runs.
 func TestFailedSwapDeadline(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	tr := quietTracker(t, Config{FailedSwapTimeout: 3 * time.Second, Now: func() time.Time { return now }})
+	// A fixture /proc with no nginx but the process that logged (pid
+	// 4242, alive): the host's own nginx swaps must not settle it.
+	root := t.TempDir()
+	for p, s := range map[string]string{
+		"stat":              "cpu 0 0 0 0\nbtime 1800000000\n",
+		"1/stat":            statLine(1, "init", 0, 0, 1),
+		"1/task/1/children": "",
+		"4242/stat":         statLine(4242, "nginx", 1, 0, 2),
+	} {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := quietTracker(t, Config{ProcRoot: root, FailedSwapTimeout: 3 * time.Second, Now: func() time.Time { return now }})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(tr.Collector())
-	tr.NoteEmerg(now, os.Getpid(), `invalid value "X25519MLKEM768"`)
-	tr.NoteEmerg(now, os.Getpid(), "duplicate line of the same failure")
+	tr.NoteEmerg(now, 4242, `invalid value "X25519MLKEM768"`)
+	tr.NoteEmerg(now, 4242, "duplicate line of the same failure")
 	for range 3 {
 		if err := tr.Scan(); err != nil {
 			t.Fatal(err)

@@ -2,7 +2,10 @@ package proctrack
 
 import (
 	"encoding/binary"
+	"os"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -27,6 +30,11 @@ type changeWatch struct {
 	// changed: something the watch saw (or could not see) since the last
 	// probe means the probe should report a change.
 	changed bool
+	// renamed: the masters whose pid file the watch saw renamed to
+	// .oldbin since the last takeRenamed (a USR2 starting; nginx renames
+	// it back within milliseconds when its new binary fails, before any
+	// scan may see the file).
+	renamed map[procKey]bool
 	buf     []byte
 }
 
@@ -61,6 +69,7 @@ func newChangeWatch(pids bool) *changeWatch {
 	w.dirs = map[int]*watchedDir{}
 	w.byDir = map[string]int{}
 	w.files = map[procKey]string{}
+	w.renamed = map[procKey]bool{}
 	w.buf = make([]byte, 4096)
 	return w
 }
@@ -270,8 +279,56 @@ func (w *changeWatch) drainInotify() bool {
 					changed = true
 				}
 			}
+			if mask&(unix.IN_MOVED_TO|unix.IN_CREATE) != 0 && strings.HasSuffix(name, ".oldbin") {
+				w.noteRenamed(d, strings.TrimSuffix(name, ".oldbin"))
+			}
 		}
 	}
+}
+
+// noteRenamed notes the master whose pid file base in d was renamed to
+// .oldbin: the one master with that pid file there, or, when several share
+// the path, the one whose PID the file holds.
+func (w *changeWatch) noteRenamed(d *watchedDir, base string) {
+	var ks []procKey
+	for k, b := range d.names {
+		if b == base {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) > 1 {
+		// The .oldbin holds its master's PID (or, renamed back, the pid
+		// file does); a PID of another pid namespace matches none.
+		var pid int
+		for _, name := range []string{base + ".oldbin", base} {
+			if b, err := os.ReadFile(w.files[ks[0]] + name); err == nil {
+				if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+					break
+				}
+			}
+		}
+		ks = slices.DeleteFunc(ks, func(k procKey) bool { return k.pid != pid })
+	}
+	if len(ks) == 1 && len(w.renamed) < maxWatched {
+		w.renamed[ks[0]] = true
+	}
+}
+
+// takeRenamed drains the pid-file watch's queue and returns the masters
+// whose pid file was renamed to .oldbin since the last call (nil: none).
+// A scan calls it before it reads /proc, so the changes drained are those
+// it sees.
+func (w *changeWatch) takeRenamed() map[procKey]bool {
+	if w == nil || w.in < 0 {
+		return nil
+	}
+	w.drainInotify()
+	if len(w.renamed) == 0 {
+		return nil
+	}
+	r := w.renamed
+	w.renamed = map[procKey]bool{}
+	return r
 }
 
 // close releases the fds.

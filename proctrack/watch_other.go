@@ -14,3 +14,4 @@ func (w *changeWatch) watchPidFile(procKey, string, string, bool) {}
 func (w *changeWatch) forget(map[int]procKey)                     {}
 func (w *changeWatch) poll() bool                                 { return false }
 func (w *changeWatch) close()                                     {}
+func (w *changeWatch) takeRenamed() map[procKey]bool              { return nil }
