@@ -340,7 +340,20 @@ func agentSwap(t *testing.T, withLog, ebpf bool) {
 	l.addMaster(masterB)
 	time.Sleep(900 * time.Millisecond) // the overlap: both generations serve
 	l.signal(masterA, syscall.SIGWINCH)
-	time.Sleep(600 * time.Millisecond)
+	// The old master without workers lasts until its QUIT: the agent sees
+	// it at its next process check (0.6-1 s apart), which a fixed 600 ms
+	// wait missed on a busy host. An operator waits for the old workers
+	// to finish too.
+	waitUntil(t, 10*time.Second, "the WINCH seen", func() bool {
+		for _, e := range a.Processes().Events() {
+			if e.Kind == proctrack.KindWINCH {
+				if g, ok := a.Processes().Generation(e.Generation); ok && g.MasterPID == masterA {
+					return true
+				}
+			}
+		}
+		return false
+	})
 	l.signal(masterA, syscall.SIGQUIT)
 	time.Sleep(700 * time.Millisecond)
 	close(stop)
