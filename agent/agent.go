@@ -767,9 +767,8 @@ func listenLoopback(addr string) (net.Listener, error) {
 // buffers; some 4,900 flows without buffers): ordinary traffic ebbing and
 // flowing below that is not worth a forced collection and a scavenge of
 // the whole heap, with a page fault for each page given back once the heap
-// grows into it again (at 1,600 handshakes a second the table's few
-// hundred flows halved between housekeeping runs, and the returns every
-// 30 s were 4.8% of the agent's CPU in perf, their TLB shootdowns 2.8%).
+// grows into it again; a busy node's table of a few hundred flows halves
+// between housekeeping runs all the time.
 const (
 	floodHeld       = 4 << 20 // bytes held at the peak that make a flood
 	returnMinPeriod = 30 * time.Second

@@ -17,12 +17,11 @@ const (
 // socket filter on (falling back to the classic one, saying why, where the
 // kernel refuses it).
 //
-// The classic filter is the default because it is the cheaper one: on the
-// test machine (make bench, 600 handshakes/s against nginx on loopback) the
-// eBPF filter's run time was 8.2-8.5 µs per handshake (36.5 runs at about
-// 230 ns, one for every packet of the interface), against 0.2 µs of
-// user-space work for the two packets per handshake it keeps out of the
-// rings; the whole host spent 11 µs more per request with it.
+// The classic filter is the default because it is the cheaper one: the
+// eBPF filter runs for every packet of the interface, other ports
+// included, and costs more kernel time than the user-space work of the
+// few packets per handshake it keeps out of the rings (make bench
+// measures both; docs/performance.md).
 const FilterEnv = "PQWATCH_CAPTURE_FILTER"
 
 // EBPFStats are the eBPF filter's counters (bpf/filter.c), summed over CPUs.
