@@ -81,7 +81,15 @@ func TestKubeNode(t *testing.T) {
 			pod := StartPod(t, k, PodOptions{Name: "web-" + wrap, Server: "nginx", Wrap: wrap})
 			// nginx is PID 1 in the pod: its pid file says so, and PID is
 			// its pid here.
-			if b, err := os.ReadFile(pod.Dir + "/nginx.pid"); err != nil || strings.TrimSpace(string(b)) != "1" {
+			// nginx writes it after it starts serving: wait for it a while.
+			var b []byte
+			var err error
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if b, err = os.ReadFile(pod.Dir + "/nginx.pid"); err == nil && strings.TrimSpace(string(b)) != "" {
+					break
+				}
+			}
+			if err != nil || strings.TrimSpace(string(b)) != "1" {
 				t.Errorf("pid file in the pod: %q, %v; want 1", b, err)
 			}
 			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pod.PID)); strings.TrimSpace(string(comm)) != "nginx" {
