@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -247,7 +248,7 @@ func New(cfg Config) (a *Agent, err error) {
 	}()
 	// One handshake once: its views on several interfaces, before and
 	// after the node's NAT, become one record before the metrics count it.
-	pc := pipeline.Config{Logger: cfg.Logger, Merge: &merge.Config{}, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
+	pc := pipeline.Config{Logger: cfg.Logger, Merge: &merge.Config{HoldNow: multiView(cfg.Ifaces)}, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
 	var logPID *proctrack.LogPID // $pid attribution after the log join
 	if cfg.TrackProcesses {
 		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms, NoAcceptEvents: cfg.NoAcceptEvents, AllAcceptEvents: cfg.AllAcceptEvents})
@@ -845,4 +846,18 @@ func (a *Agent) SnifferStats() sniffer.Stats {
 		}
 	}
 	return sum
+}
+
+// multiView says whether a handshake may be seen twice from the start: a
+// capture on several interfaces (any, or none named: every one) of a host
+// that forwards packets (a Kubernetes node, a router, a container host),
+// where a ClientHello crosses the uplink and, after a DNAT, a bridge and a
+// veth. The merge then holds records from the first; elsewhere it holds
+// them only once a handshake was seen twice.
+func multiView(ifaces []string) bool {
+	if len(ifaces) == 1 && ifaces[0] != capture.Any {
+		return false
+	}
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	return err == nil && len(b) > 0 && b[0] == '1'
 }

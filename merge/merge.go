@@ -85,6 +85,10 @@ type Config struct {
 	// Offline: the records' capture times drive the stage (a watermark);
 	// else wall time, and a timer releases what is held.
 	Offline bool
+	// HoldNow, live: hold records from the start, not only once a
+	// handshake was seen twice (a capture on several interfaces of a host
+	// that forwards: a node's first handshakes are merged too).
+	HoldNow bool
 	// Now is the wall clock (tests); nil: time.Now.
 	Now func() time.Time
 	// Done receives each record merged into another (or dropped as a late
@@ -190,6 +194,9 @@ func New(cfg Config, next func(*record.Handshake)) *Merger {
 		held: make(map[uint64]uint64), mem: make(map[uint64]memo)}
 	if m.done == nil {
 		m.done = func(*record.Handshake) {}
+	}
+	if cfg.HoldNow && !cfg.Offline {
+		m.holdUntil = cfg.Now().Add(HoldFor).UnixNano()
 	}
 	return m
 }
