@@ -1,6 +1,7 @@
 package proctrack
 
 import (
+	"log/slog"
 	"maps"
 	"net/netip"
 	"os"
@@ -29,6 +30,14 @@ type attribIndex struct {
 	now             func() time.Time
 	indexRefreshMin time.Duration
 	diag            *sockDiag
+	log             *slog.Logger
+
+	// Servers in other network namespaces (netns.go): the agent's own
+	// (0: unknown, none read), and the foreign namespaces' sockets as of
+	// the last scan.
+	selfNS   uint64
+	nets     atomic.Pointer[nsView]
+	nsLogged map[uint64]bool // namespaces logged (the scan's goroutine only)
 
 	mu sync.RWMutex
 	// As of the last scan: the serving processes (workers and servers),
@@ -83,6 +92,7 @@ type attribIndex struct {
 func newAttribIndex(cfg Config, diag *sockDiag) *attribIndex {
 	return &attribIndex{
 		root: cfg.ProcRoot, now: cfg.Now, indexRefreshMin: cfg.IndexRefreshMin, diag: diag,
+		selfNS:   selfNetns(cfg.ProcRoot),
 		byPID:    map[int]*record.Generation{},
 		scanDone: make(chan struct{}),
 		idx:      map[uint64]*record.Generation{},
@@ -280,7 +290,17 @@ func (x *attribIndex) takeRequests() (ports []uint16, rescan bool) {
 // only when the serving processes have not changed since (a listener's
 // owner now is not who accepted before a WINCH).
 func (x *attribIndex) attribute(client, server netip.AddrPort, from time.Time) (*record.Generation, bool) {
-	s, err := x.diag.lookupTCP(server, client)
+	var s diagSocket
+	var err error
+	if ino, ok := x.foreignConn(server, client); ok {
+		// A server in another network namespace (a pod): its socket as
+		// the last scan read its namespace's /proc/PID/net/tcp.
+		s.Inode = ino
+	} else if ns, _ := x.serverNS(server.Addr()); ns != 0 {
+		err = ErrNoConnection // sock_diag cannot see that namespace
+	} else {
+		s, err = x.diag.lookupTCP(server, client)
+	}
 	if err != nil || s.Inode == 0 {
 		// The connection is gone (short connections close before the
 		// capture reports them) or in TIME_WAIT: fall back to the

@@ -263,17 +263,20 @@ func (x *attribIndex) dumpListeners(udp bool) ([]diagSocket, error) {
 	if udp {
 		return x.diag.udpBound()
 	}
-	return x.diag.listeners()
+	ls, err := x.diag.listeners()
+	if f := x.foreignListeners(); len(f) > 0 {
+		// Other network namespaces' (pods'), as the last scan read them.
+		return append(ls, f...), nil
+	}
+	return ls, err
 }
 
 // ownerIn is listenerOwner from the dump ls.
 func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
-	inodes := map[uint64]bool{} // listener inode -> held by a serving process
+	inodes := map[uint64]bool{}        // listener inode -> held by a serving process
+	ns, _ := x.serverNS(server.Addr()) // the network namespace server's address is in
 	for _, l := range ls {
-		if l.Local.Port() != server.Port() || l.Inode == 0 {
-			continue
-		}
-		if a := l.Local.Addr().Unmap(); a.IsUnspecified() || a == server.Addr().Unmap() {
+		if listenerMatches(l, server, ns) {
 			inodes[l.Inode] = false
 		}
 	}
@@ -282,6 +285,7 @@ func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 	}
 	var found, single *record.Generation
 	procs, marked := 0, 0 // serving processes of found's generation; inodes seen held
+	var mastersRead map[int]bool
 	for _, tg := range x.servingTargets(nil) {
 		if tg.rec == nil {
 			continue
@@ -294,7 +298,7 @@ func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 			continue
 		}
 		held, shared := false, false
-		eachSocket(x.root, tg.pid, func(_ int, ino uint64) bool {
+		mark := func(_ int, ino uint64) bool {
 			seen, ok := inodes[ino]
 			if !ok {
 				return true
@@ -309,7 +313,18 @@ func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 				marked++
 			}
 			return marked < len(inodes)
-		})
+		}
+		if !eachSocket(x.root, tg.pid, mark) && tg.rec.MasterPID > 0 && tg.rec.MasterPID != tg.pid && !mastersRead[tg.rec.MasterPID] {
+			// A worker whose fd table this agent may not read: one
+			// running under its own uid and dumpable (nginx's workers
+			// are), without CAP_DAC_READ_SEARCH (a Kubernetes
+			// DaemonSet's). Its master holds the listeners it inherited.
+			if mastersRead == nil {
+				mastersRead = map[int]bool{}
+			}
+			mastersRead[tg.rec.MasterPID] = true
+			eachSocket(x.root, tg.rec.MasterPID, mark)
+		}
 		if shared {
 			return owner{}
 		}

@@ -52,6 +52,9 @@ type diagSocket struct {
 	Local  netip.AddrPort
 	Remote netip.AddrPort
 	Inode  uint64
+	// NS is the foreign network namespace the socket was read from
+	// (/proc/PID/net/tcp, netns.go); 0 for the agent's own (sock_diag).
+	NS uint64
 }
 
 const sizeofInetDiagMsg = 72

@@ -248,6 +248,7 @@ func New(cfg Config) (*Tracker, error) {
 	}
 	t.rd = newProcReader(cfg, btime, t.log)
 	t.ix = newAttribIndex(cfg, &t.diag)
+	t.ix.log = t.log
 	for _, k := range Kinds {
 		t.counts[k] = 0
 	}
@@ -260,6 +261,8 @@ func New(cfg Config) (*Tracker, error) {
 	if _, err := t.diag.handle(); err != nil {
 		t.log.Warn("sock_diag unavailable: handshakes will not be attributed to processes", "err", err)
 	}
+	t.log.Info("socket lookups: sock_diag in the agent's network namespace; servers in other network namespaces (pods) through /proc/PID/net/tcp{,6} read at each scan and /proc/PID/fd",
+		"agent_netns", t.ix.selfNS)
 	return t, nil
 }
 
@@ -383,7 +386,9 @@ func (t *Tracker) Scan() error {
 	}
 	t.lastScan = now
 	t.discoverServers(now)
-	if t.ix.publish(t.st, now) {
+	changed := t.ix.publish(t.st, now)
+	t.ix.readNamespaces(now) // the serving processes' other network namespaces (pods)
+	if changed {
 		t.ix.refreshOwners()
 	}
 	t.chooseQuiet(now)
@@ -553,36 +558,25 @@ func (t *Tracker) discoverServers(now time.Time) {
 	ls, err := t.diag.listeners()
 	if err != nil {
 		t.log.Debug("listener dump failed", "err", err)
-		return
 	}
 	// QUIC servers: their unconnected UDP sockets on the ports.
 	if us, err := t.diag.udpBound(); err == nil {
 		ls = append(ls, us...)
 	}
-	unknown := make(map[uint64]bool)
-	for _, l := range ls {
-		if !t.wantPorts[l.Local.Port()] || l.Inode == 0 {
-			continue
-		}
-		if pid, ok := t.listenOwner[l.Inode]; ok {
-			if _, alive := t.st.procs[pid]; alive {
-				continue
-			}
-		}
-		unknown[l.Inode] = true
-	}
-	if len(unknown) == 0 {
+	unknown := t.unknownListeners(ls)
+	// Servers in other network namespaces (pods) sock_diag cannot see:
+	// each namespace's listeners are read once per search, through the
+	// first process found in it (netns.go).
+	foreign := t.ix.selfNS != 0
+	if len(unknown) == 0 && !foreign {
 		return
 	}
 	names, err := readDirNames(t.cfg.ProcRoot)
 	if err != nil {
 		return
 	}
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
+	nsUnknown := map[uint64]map[uint64]bool{} // foreign namespace -> its unknown listeners (nil: none)
+	claim := func(pid int, unknown map[uint64]bool) {
 		eachSocket(t.cfg.ProcRoot, pid, func(_ int, ino uint64) bool {
 			if !unknown[ino] {
 				return true
@@ -600,11 +594,56 @@ func (t *Tracker) discoverServers(now time.Time) {
 			return true
 		})
 	}
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		if foreign {
+			if ns := netnsOf(t.cfg.ProcRoot, pid); ns != 0 && ns != t.ix.selfNS {
+				u, read := nsUnknown[ns]
+				if !read {
+					if n, ok := readNetns(t.cfg.ProcRoot, pid, ns, now); ok {
+						u = t.unknownListeners(n.listeners)
+						for ino := range u {
+							unknown[ino] = true // kept in listenOwner below
+						}
+					}
+					nsUnknown[ns] = u
+				}
+				if len(u) > 0 {
+					claim(pid, u)
+				}
+				continue
+			}
+		}
+		if len(unknown) > 0 {
+			claim(pid, unknown)
+		}
+	}
 	for ino, pid := range t.listenOwner {
 		if _, ok := t.st.procs[pid]; !ok && !unknown[ino] {
 			delete(t.listenOwner, ino)
 		}
 	}
+}
+
+// unknownListeners are the inodes of the listeners of ls on wanted ports
+// whose owner is not a tracked process.
+func (t *Tracker) unknownListeners(ls []diagSocket) map[uint64]bool {
+	unknown := make(map[uint64]bool)
+	for _, l := range ls {
+		if !t.wantPorts[l.Local.Port()] || l.Inode == 0 {
+			continue
+		}
+		if pid, ok := t.listenOwner[l.Inode]; ok {
+			if _, alive := t.st.procs[pid]; alive {
+				continue
+			}
+		}
+		unknown[l.Inode] = true
+	}
+	return unknown
 }
 
 // Attribute returns the generation whose process owns the server side of the
