@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/vishvananda/netlink"
 )
 
 // Servers in other network namespaces. The agent's sock_diag socket sees
@@ -256,6 +258,10 @@ func (x *attribIndex) readNamespaces(now time.Time) {
 		}
 		v.byIno[ino] = n
 		for a := range n.addrs {
+			if o, ok := v.byAddr[a]; ok && o != ino {
+				v.byAddr[a] = sharedNS
+				continue
+			}
 			v.byAddr[a] = ino
 		}
 		if !x.nsLogged[ino] && x.log != nil {
@@ -267,6 +273,7 @@ func (x *attribIndex) readNamespaces(now time.Time) {
 				"pid", tg.pid, "netns", ino, "agent_netns", x.selfNS, "listeners", len(n.listeners), "addrs", len(n.addrs))
 		}
 	}
+	x.resolveShared(v)
 	if len(v.byIno) == 0 {
 		if x.nets.Load() != nil {
 			x.nets.Store(nil)
@@ -328,4 +335,63 @@ func listenerMatches(l diagSocket, server netip.AddrPort, ns uint64) bool {
 		return a.IsUnspecified() || a == server.Addr().Unmap()
 	}
 	return ns == 0 && a == server.Addr().Unmap()
+}
+
+// sharedNS marks an address that more than one foreign namespace has and
+// no link of the agent's namespace told apart: no listener answers for it.
+const sharedNS = ^uint64(0)
+
+// resolveShared gives an address several foreign namespaces have (two
+// nodes' pods on one machine, as tests run them) to the one the agent's
+// own namespace has a link into (a pod's veth on this node's bridge:
+// the link's peer namespace id), when exactly one has; else it stays
+// sharedNS, and attribution answers nothing for it rather than guess.
+func (x *attribIndex) resolveShared(v *nsView) {
+	var linked map[int]bool
+	for a, ns := range v.byAddr {
+		if ns != sharedNS {
+			continue
+		}
+		if linked == nil {
+			linked = map[int]bool{}
+			links, err := netlink.LinkList()
+			if err != nil {
+				return
+			}
+			for _, l := range links {
+				if id := l.Attrs().NetNsID; id >= 0 {
+					linked[id] = true
+				}
+			}
+		}
+		pick := uint64(0)
+		for ino, n := range v.byIno {
+			if !n.addrs[a] || !linked[nsidOf(x.root, n.pid)] {
+				continue
+			}
+			if pick != 0 {
+				pick = 0
+				break
+			}
+			pick = ino
+		}
+		if pick != 0 {
+			v.byAddr[a] = pick
+		}
+	}
+}
+
+// nsidOf is the id the agent's namespace gives pid's network namespace
+// (-1: none, or unreadable).
+func nsidOf(root string, pid int) int {
+	f, err := os.Open(root + "/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	id, err := netlink.GetNetNsIdByFd(int(f.Fd()))
+	if err != nil {
+		return -1
+	}
+	return id
 }

@@ -360,6 +360,13 @@ func (t *Tracker) Scan() error {
 			alive = append(alive, e.pid)
 		}
 	}
+	if t.scans == 1 {
+		// The first scan searches for listeners' owners before reading
+		// /proc, so a server found by its listener alone (Caddy, in a pod
+		// or not) has its generation from the first scan rather than
+		// the next.
+		t.discoverServers(now)
+	}
 	snap, err := t.rd.read(now, t.serverPIDs, alive)
 	if err != nil {
 		t.scanErrors++
