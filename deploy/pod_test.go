@@ -550,7 +550,8 @@ func procStatus(pid int) map[string]string {
 func capMask(caps []string) string {
 	num := map[string]uint{"CAP_NET_RAW": 13, "CAP_SYS_PTRACE": 19, "CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_BPF": 39, "CAP_PERFMON": 38,
 		"CAP_CHOWN": 0, "CAP_DAC_OVERRIDE": 1, "CAP_FOWNER": 3, "CAP_FSETID": 4, "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SETPCAP": 8,
-		"CAP_NET_BIND_SERVICE": 10, "CAP_SYS_CHROOT": 18, "CAP_MKNOD": 27, "CAP_AUDIT_WRITE": 29, "CAP_SETFCAP": 31, "CAP_DAC_READ_SEARCH": 2}
+		"CAP_NET_BIND_SERVICE": 10, "CAP_SYS_CHROOT": 18, "CAP_MKNOD": 27, "CAP_AUDIT_WRITE": 29, "CAP_SETFCAP": 31, "CAP_DAC_READ_SEARCH": 2,
+		"CAP_IPC_LOCK": 14, "CAP_SYS_RESOURCE": 24}
 	var m uint64
 	for _, c := range caps {
 		n, ok := num[c]
@@ -572,6 +573,7 @@ type agentRun struct {
 	generation float64 // pqwatch_generation_handshakes_total
 	attributed float64 // pqwatch_attributions_total, every method
 	fromLog    float64 // pqwatch_attributions_from_log_total{result="found"}
+	methods    []string // pqwatch_attributions_total by method
 	joined     float64 // pqwatch_log_joins_total{result="joined"}
 	metrics    bool    // /metrics answered
 	emptyDirs  map[string]string
@@ -629,6 +631,12 @@ func (h *harness) runAgent(t *testing.T, p *podProc, w want) *agentRun {
 		r.handshakes = metricSum(s, "pqwatch_handshakes_total", "")
 		r.attributed = metricSum(s, "pqwatch_attributions_total", "")
 		r.generation = metricSum(s, "pqwatch_generation_handshakes_total", "")
+		r.methods = nil
+		for _, m := range []string{"accept", "accept_quiet", "quiet", "socket", "listener", "none", "skipped"} {
+			if n := metricSum(s, "pqwatch_attributions_total", `method="`+m+`"`); n > 0 {
+				r.methods = append(r.methods, fmt.Sprintf("%s=%.0f", m, n))
+			}
+		}
 		r.fromLog = metricSum(s, "pqwatch_attributions_from_log_total", `result="found"`)
 		r.joined = metricSum(s, "pqwatch_log_joins_total", `result="joined"`)
 	}
@@ -835,7 +843,7 @@ func row(name string, r *agentRun) string {
 		}
 		ws = append(ws, msg)
 	}
-	return fmt.Sprintf("%-28s %-7s handshakes %2.0f  generation %2.0f (by $pid %2.0f)  joined %2.0f  %s", name, state, r.handshakes, r.generation, r.fromLog, r.joined, strings.Join(ws, " | "))
+	return fmt.Sprintf("%-28s %-7s handshakes %2.0f  generation %2.0f (by $pid %2.0f; scans %s)  joined %2.0f  %s", name, state, r.handshakes, r.generation, r.fromLog, strings.Join(r.methods, ","), r.joined, strings.Join(ws, " | "))
 }
 
 // count is how many of the agent's lines contain s.
@@ -877,6 +885,9 @@ func TestDaemonSetExecuted(t *testing.T) {
 		}
 		wantStatus := map[string]string{"CapBnd": caps, "CapPrm": eff, "CapEff": eff, "CapInh": capMask(nil), "CapAmb": capMask(nil),
 			"NoNewPrivs": "1", "Seccomp": "2"}
+		if p.seccomp == "Unconfined" {
+			wantStatus["Seccomp"] = "0"
+		}
 		for k, v := range wantStatus {
 			if r.status[k] != v {
 				t.Errorf("%s = %q, want %q", k, r.status[k], v)
@@ -924,6 +935,10 @@ func TestDaemonSetExecuted(t *testing.T) {
 		nonRoot.uid = 65532
 		noHostPID := base.clone()
 		noHostPID.hostPID = false
+		// A reference, not a removal: what more privileges would add.
+		wide := base.clone()
+		wide.caps = append(slices.Clone(containerdDefaultCaps), "CAP_SYS_PTRACE", "CAP_SYS_ADMIN", "CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH", "CAP_IPC_LOCK")
+		wide.seccomp = "Unconfined"
 		noGroups := base.clone()
 		noGroups.groups = nil
 		for _, rm := range []struct {
@@ -935,15 +950,19 @@ func TestDaemonSetExecuted(t *testing.T) {
 		}{
 			{name: "-NET_RAW", p: base.withoutCap("CAP_NET_RAW"), exit: true, say: "CAP_NET_RAW"},
 			{name: "runAsUser 65532", p: nonRoot, exit: true, say: "CAP_NET_RAW"},
-			{name: "-SYS_PTRACE", p: base.withoutCap("CAP_SYS_PTRACE"), w: want{podHandshakes, 0, podHandshakes}},
-			{name: "-hostPID", p: noHostPID, w: want{podHandshakes, 0, podHandshakes}},
+			// The scans still read /proc/PID/stat and cmdline: the log's
+			// $pid names the generation; exe and fd are refused, said once.
+			{name: "-SYS_PTRACE", p: base.withoutCap("CAP_SYS_PTRACE"), say: "process tracking: a server's /proc/PID/exe and fd are refused", w: full},
+			// /host/proc is the host's /proc whatever the pod's PID namespace.
+			{name: "-hostPID", p: noHostPID, w: full},
 			{name: "-host-proc mount", p: base.withoutMount("host-proc"), say: "process tracking disabled", w: want{podHandshakes, 0, podHandshakes}},
-			{name: "-nginx-logs mount", p: base.withoutMount("nginx-logs"), w: want{podHandshakes, podHandshakes, 0}},
-			{name: "-nginx-conf mount", p: base.withoutMount("nginx-conf"), say: "-nginx-conf does not exist", w: want{podHandshakes, podHandshakes, 0}},
+			{name: "-nginx-logs mount", p: base.withoutMount("nginx-logs"), w: want{podHandshakes, 0, 0}},
+			{name: "-nginx-conf mount", p: base.withoutMount("nginx-conf"), say: "-nginx-conf does not exist", w: want{podHandshakes, 0, 0}},
 			{name: "-caddy-logs mount", p: base.withoutMount("caddy-logs"), w: full},
 			{name: "-spool emptyDir", p: base.withoutMount("spool"), say: "-state-dir cannot be created", w: full},
 			{name: "-tmp emptyDir", p: base.withoutMount("tmp"), w: full},
 			{name: "-supplementalGroups", p: noGroups, w: full},
+			{name: "reference: +SYS_ADMIN,BPF,...", p: wide, w: full},
 		} {
 			t.Run(strings.ReplaceAll(strings.Replace(rm.name, "-", "without ", 1), " ", "_"), func(t *testing.T) {
 				r := h.runAgent(t, rm.p, rm.w)
@@ -957,8 +976,8 @@ func TestDaemonSetExecuted(t *testing.T) {
 						t.Fatalf("the agent exited %d:\n%s", r.exit, r.stderr)
 					}
 					checkStatus(t, r, rm.p)
-					if r.handshakes != podHandshakes {
-						t.Errorf("%v handshakes recorded, want %d:\n%s", r.handshakes, podHandshakes, r.stderr)
+					if r.handshakes != float64(rm.w.handshakes) || r.generation != float64(rm.w.generation) || r.joined != float64(rm.w.joined) {
+						t.Errorf("handshakes %v, with a generation %v, joined %v; want %+v:\n%s", r.handshakes, r.generation, r.joined, rm.w, r.stderr)
 					}
 				}
 				if rm.say != "" && count(r.stderr, rm.say) != 1 {

@@ -1,6 +1,7 @@
 package proctrack
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -92,6 +93,9 @@ type procReader struct {
 	roles      map[procKey]roleInfo // titles as last read
 	idents     map[procKey]identity // binaries as last read
 	errors     uint64               // unparsable files
+	// deniedSaid: a server's /proc/PID/exe was refused (no CAP_SYS_PTRACE
+	// for another user's process) and the agent has said so, once.
+	deniedSaid bool
 }
 
 type roleInfo struct {
@@ -353,6 +357,10 @@ func (r *procReader) identify(pid int, ri roleInfo) identity {
 	key, info, err := r.files.inspect(exePath, true, false)
 	if err != nil {
 		r.log.Debug("cannot read binary", "pid", pid, "err", err)
+		if errors.Is(err, fs.ErrPermission) && !r.deniedSaid {
+			r.deniedSaid = true
+			r.log.Warn("process tracking: a server's /proc/PID/exe and fd are refused (another user's process needs CAP_SYS_PTRACE): handshakes get no generation unless an nginx access log's $pid names one", "pid", pid, "err", err)
+		}
 	}
 	id.fkey = key
 	link, _ := os.Readlink(exePath)
