@@ -55,7 +55,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -405,42 +404,29 @@ type harness struct {
 	node           *testenv.KubeNode
 }
 
-var (
-	harnessOnce sync.Once
-	harnessBins [2]string
-	harnessErr  error
-)
-
 // buildHarness builds pqwatch (as the Dockerfile does, CGO_ENABLED=0) and
-// podrun (cgo, libseccomp) once.
+// podrun (cgo, libseccomp) into the test's temp dir.
 func buildHarness(t *testing.T) (pqwatch, podrun string) {
 	t.Helper()
-	harnessOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pqwatch-pod-bin-")
-		if err != nil {
-			harnessErr = err
-			return
-		}
-		harnessBins = [2]string{filepath.Join(dir, "pqwatch"), filepath.Join(dir, "podrun")}
-		cmd := exec.Command("go", "build", "-trimpath", "-o", harnessBins[0], "../cmd/pqwatch")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			harnessErr = fmt.Errorf("go build pqwatch: %v\n%s", err, out)
-			return
-		}
-		cmd = exec.Command("go", "build", "-o", harnessBins[1], "./testdata/podrun")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			harnessErr = fmt.Errorf("skip: podrun needs cgo and libseccomp (Debian: gcc libseccomp-dev): %v\n%s", err, out)
-		}
-	})
-	if harnessErr != nil {
-		if strings.HasPrefix(harnessErr.Error(), "skip: ") {
-			t.Skip(harnessErr.Error()[6:])
-		}
-		t.Fatal(harnessErr)
+	dir := t.TempDir()
+	pqwatch, podrun = filepath.Join(dir, "pqwatch"), filepath.Join(dir, "podrun")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", pqwatch, "../cmd/pqwatch")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build pqwatch: %v\n%s", err, out)
 	}
-	return harnessBins[0], harnessBins[1]
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("podrun needs cgo: no gcc")
+	}
+	if _, err := os.Stat("/usr/include/seccomp.h"); err != nil {
+		t.Skip("podrun needs libseccomp's header (Debian: libseccomp-dev)")
+	}
+	cmd = exec.Command("go", "build", "-o", podrun, "./testdata/podrun")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build podrun: %v\n%s", err, out)
+	}
+	return pqwatch, podrun
 }
 
 // imageRootfs writes the image's files: /pqwatch and distroless
@@ -569,13 +555,13 @@ type agentRun struct {
 	exited     bool // before it was stopped
 	stderr     string
 	status     map[string]string
-	handshakes float64 // pqwatch_handshakes_total
-	generation float64 // pqwatch_generation_handshakes_total
-	attributed float64 // pqwatch_attributions_total, every method
-	fromLog    float64 // pqwatch_attributions_from_log_total{result="found"}
+	handshakes float64  // pqwatch_handshakes_total
+	generation float64  // pqwatch_generation_handshakes_total
+	attributed float64  // pqwatch_attributions_total, every method
+	fromLog    float64  // pqwatch_attributions_from_log_total{result="found"}
 	methods    []string // pqwatch_attributions_total by method
-	joined     float64 // pqwatch_log_joins_total{result="joined"}
-	metrics    bool    // /metrics answered
+	joined     float64  // pqwatch_log_joins_total{result="joined"}
+	metrics    bool     // /metrics answered
 	emptyDirs  map[string]string
 }
 
