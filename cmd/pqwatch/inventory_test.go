@@ -2,17 +2,21 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/pqwatch/pqwatch/exporter"
+	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 )
@@ -322,5 +326,46 @@ func TestInventoryCorpus(t *testing.T) {
 		_, jsonl, _ := run(t, "analyze", "-format", "jsonl", path)
 		checkCounts(t, rel, bom, jsonl)
 		t.Logf("%s: %d endpoints, %d handshakes", rel, len(bom.Components), propInt(bom.Metadata.Properties, "pqwatch:handshakes"))
+	}
+}
+
+// TestInventoryLive: the records of a live run (pqwatch run on loopback,
+// real Go clients of three curve preferences, node and id filled) make an
+// inventory valid against CycloneDX 1.7 whose counts equal the records'.
+func TestInventoryLive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("live test; skipped with -short")
+	}
+	testenv.NeedRoot(t)
+	schema := cycloneDXSchema(t)
+	addr, port := goTLSServer(t)
+	out := filepath.Join(t.TempDir(), "records.jsonl")
+	var stderr testenv.Buffer
+	cmd := pqwatchProcess(t, &stderr, "run", "-iface", "lo", "-ports", strconv.Itoa(int(port)), "-format", "jsonl", "-o", out,
+		"-metrics-addr", "", "-no-process-tracking", "-line-buffered", "-node", "edge-test")
+	for end := time.Now().Add(10 * time.Second); !strings.Contains(stderr.String(), "capture starting") && time.Now().Before(end); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	const n = 9
+	for i := range n {
+		curves := [][]tls.CurveID{nil, {tls.X25519}, {tls.CurveP256}}[i%3]
+		if handshake(t, addr, curves) == "" {
+			t.Fatalf("handshake %d failed", i)
+		}
+	}
+	for end := time.Now().Add(10 * time.Second); lines(out) < n && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+	b, err := os.ReadFile(out)
+	if err != nil || lines(out) != n {
+		t.Fatalf("%d records of %d handshakes (%v)\n%s", lines(out), n, err, stderr.String())
+	}
+	_, bom := inventoryOf(t, schema, out)
+	checkCounts(t, "a live run's records", bom, string(b))
+	if !strings.Contains(string(b), `"node":"edge-test"`) {
+		t.Errorf("the live records lack their node")
 	}
 }
