@@ -37,11 +37,25 @@ const (
 // Line is an access-log line reduced to what the join needs. It owns its
 // memory (unlike the logparse structs).
 type Line struct {
-	Time         time.Time
-	Addr         [16]byte // IPv4-mapped when IPv4
-	Port         uint16   // 0: the log has no port; address-only join
-	ConnRequests int      // $connection_requests when logged; 0: unknown
-	Log          record.Log
+	// Time is when the request ended (nginx and Caddy log then), as
+	// logged: the line was written in [Time, Time+TimeRes).
+	Time    time.Time
+	TimeRes time.Duration // 0: exact
+	Addr    [16]byte      // IPv4-mapped when IPv4
+	Port    uint16        // 0: the log has no port; address-only join
+	// ConnRequests is $connection_requests when logged (1: the first
+	// request of its connection); 0: unknown.
+	ConnRequests int
+	// RequestTime is $request_time: the request began at
+	// Time-RequestTime (0: not logged, or no time).
+	RequestTime time.Duration
+	// Conn is nginx's $connection, the connection's serial number (with
+	// Log.PID, the worker's, it names one connection); 0: not logged.
+	Conn uint64
+	// Version is $ssl_protocol spelt as records spell it ("TLS1.3"); "":
+	// not logged.
+	Version string
+	Log     record.Log
 }
 
 // FromNginx converts a parsed nginx line. ok is false when the line has no
@@ -52,7 +66,8 @@ func FromNginx(l *logparse.NginxLine) (Line, bool) {
 		return Line{}, false
 	}
 	return Line{
-		Time: l.Time, Addr: addr, Port: l.RemotePort, ConnRequests: l.ConnectionRequests,
+		Time: l.Time, TimeRes: l.TimeRes, Addr: addr, Port: l.RemotePort, ConnRequests: l.ConnectionRequests,
+		RequestTime: l.RequestTime, Conn: l.Connection, Version: versionName(l.SSLProtocol),
 		Log: record.Log{
 			Source: SourceNginx, Status: l.Status, Method: string(l.Method), Host: string(l.Host),
 			Path: string(l.URI), UserAgent: string(l.UserAgent), PID: l.PID, SSLCurve: string(l.SSLCurve),
@@ -67,12 +82,28 @@ func FromCaddy(c *logparse.CaddyLine) (Line, bool) {
 		return Line{}, false
 	}
 	return Line{
-		Time: c.Time, Addr: addr, Port: c.RemotePort,
+		// Caddy's "ts" is a float: its last digits are not to be trusted.
+		Time: c.Time, TimeRes: time.Millisecond, Addr: addr, Port: c.RemotePort,
 		Log: record.Log{
 			Source: SourceCaddy, Status: c.Status, Method: string(c.Method), Host: string(c.Host),
 			Path: string(c.URI), UserAgent: string(c.UserAgent),
 		},
 	}, true
+}
+
+// versionName spells nginx's $ssl_protocol as records do.
+func versionName(p []byte) string {
+	switch string(p) {
+	case "TLSv1.3":
+		return "TLS1.3"
+	case "TLSv1.2":
+		return "TLS1.2"
+	case "TLSv1.1":
+		return "TLS1.1"
+	case "TLSv1":
+		return "TLS1.0"
+	}
+	return ""
 }
 
 func parseAddr(b []byte) ([16]byte, bool) {
@@ -94,9 +125,19 @@ type Options struct {
 	// Skew is how much earlier than the handshake a line may be stamped
 	// (clock and capture skew; default 2s).
 	Skew time.Duration
+	// RecordDelay is how much later than its TS (by the clock passed to
+	// Add/Tick) a record may reach the joiner: a line with the port is
+	// decided only once every record that may be its connection's has
+	// arrived, RecordDelay after the line's time (past its resolution),
+	// so that a client port used again is never joined to, nor counted as
+	// an extra request of, the earlier connection. Default 5s, the live
+	// agent's capture block (1 s) and attribution (3 s); negative: none
+	// (Batch, where records come in time order).
+	RecordDelay time.Duration
 	// MaxWait is how long (by the clock passed to Add/Tick) an entry waits
 	// for its partner before it is decided (default Window+Skew+10s). It
-	// must exceed Window+Skew plus the delivery delay of records and lines.
+	// must exceed Window+Skew plus the delivery delay of records and lines
+	// (RecordDelay).
 	MaxWait time.Duration
 	// MaxPending caps the stored entries (waiting handshakes and lines, and
 	// the recently decided ones kept to detect ambiguity; default 200,000).
@@ -161,13 +202,33 @@ type entry struct {
 	addr      [16]byte // a handshake's client (kept once h is let go)
 	isLine    bool
 	state     entryState
-	ambiguous bool              // a line seen as a candidate in an ambiguous decision
+	ambiguous bool              // an address-only line, or a handshake, seen as a candidate in an ambiguous decision
 	removed   bool              // no longer in the maps (its queue slot is skipped)
 	server    serverKind        // a handshake's server, as the attribution named it (kept once h is let go)
 	ts        time.Time         // event time
 	arrived   time.Time         // by the caller's clock
 	h         *record.Handshake // nil once emitted
 	line      Line
+
+	// A handshake's facts, kept once h is let go, and what the lines
+	// given to its connection (joined, or counted as its further
+	// requests) said of it.
+	group, version string
+	workerPID      int
+	serverHello    time.Duration // after ts, when the server answered (0: unknown)
+	firstReq       bool   // a line with $connection_requests 1 was given to it
+	hasConn        bool   // conn and connPID are a given line's
+	conn           uint64 // $connection of a line given to it
+	connPID        int    // $pid of that line (0: not logged)
+	lineSeq        uint64 // the first line given to it (0: none yet)
+	amb            int32  // waiting port lines that have it among several candidates
+
+	// A line with the port: its arrival number, when every record that
+	// may be its connection's has arrived, and, while it is ambiguous,
+	// its candidates.
+	seq   uint64
+	ready time.Time
+	cands []*entry
 }
 
 func (e *entry) k() key {
@@ -176,6 +237,9 @@ func (e *entry) k() key {
 	}
 	return key{e.addr, e.port}
 }
+
+// DefaultRecordDelay is Options.RecordDelay's default.
+const DefaultRecordDelay = 5 * time.Second
 
 // DefaultMaxPendingBytes is Options.MaxPendingBytes's default.
 const DefaultMaxPendingBytes = 64 << 20
@@ -277,6 +341,11 @@ type Joiner struct {
 	lineAddr  map[[16]byte][]*entry // lines without a port
 
 	decideQ, purgeQ fifo
+	readyQ          fifo   // lines with the port, until they are ready
+	seq             uint64 // lines with the port added
+	scratch         []*entry
+	hsScratch       []*entry
+	bounds          []span
 	live            int
 	bytes           int // entryBytes of the stored entries
 	noAddrJoinUntil time.Time
@@ -293,8 +362,14 @@ func New(opts Options) *Joiner {
 	if opts.Skew <= 0 {
 		opts.Skew = 2 * time.Second
 	}
+	switch {
+	case opts.RecordDelay == 0:
+		opts.RecordDelay = DefaultRecordDelay
+	case opts.RecordDelay < 0:
+		opts.RecordDelay = 0
+	}
 	if opts.MaxWait <= 0 {
-		opts.MaxWait = opts.Window + opts.Skew + 10*time.Second
+		opts.MaxWait = opts.Window + opts.Skew + max(10*time.Second, 2*opts.RecordDelay)
 	}
 	if opts.MaxPending <= 0 {
 		opts.MaxPending = 200_000
@@ -419,89 +494,435 @@ func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
 	if h.Peer.IsValid() { // behind a masquerading NAT: the server logged this one
 		addr, port = h.Peer.Addr().As16(), h.Peer.Port()
 	}
-	e := &entry{ts: h.TS, arrived: now, h: h, addr: addr, port: port, server: serverOf(h)}
-	k := e.k()
-	// A line with the port may already be waiting: take the earliest
-	// compatible one (the first request on the connection).
-	var best *entry
-	for _, l := range j.lineByKey[k] {
-		if l.state == statePending && j.compatible(e, l) && (best == nil || earlier(l, best)) {
-			best = l
-		}
+	e := &entry{ts: h.TS, arrived: now, h: h, addr: addr, port: port, server: serverOf(h),
+		group: h.Group, version: h.Version}
+	if h.Generation != nil {
+		e.workerPID = h.Generation.WorkerPID
 	}
+	e.serverHello = time.Duration(h.HandshakeRTTMicros) * time.Microsecond
 	j.store(e)
-	// Storing may have evicted best (the oldest entry).
-	if best != nil && !best.removed {
-		j.join(e, best)
+	// Lines with the port that are ready and still undecided (no record
+	// of theirs had come, or more than one could be theirs) are looked at
+	// again with this one.
+	if j.lineByKey[e.k()] != nil {
+		j.resolve(e.k(), now)
 	}
 }
 
-// earlier orders candidate lines: the first request of a connection first,
-// then by time.
-func earlier(a, b *entry) bool {
-	if (a.line.ConnRequests == 1) != (b.line.ConnRequests == 1) {
-		return a.line.ConnRequests == 1
-	}
-	return a.line.Time.Before(b.line.Time)
-}
-
-// AddLine adds a log line; now is the caller's clock.
+// AddLine adds a log line; now is the caller's clock. A line with the
+// port waits until every record that may be its connection's has arrived
+// (Options.RecordDelay), then is decided with the other lines of its
+// address and port (resolve).
 func (j *Joiner) AddLine(l Line, now time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.tick(now)
 	j.source(l.Log.Source).Lines++
 	e := &entry{isLine: true, ts: l.Time, arrived: now, line: l}
-	if l.Port != 0 {
-		if h := j.bestHandshake(e); h != nil {
-			switch h.state {
-			case statePending:
-				j.store(e)
-				// Storing may have evicted h (the oldest entry).
-				if !h.removed {
-					j.join(h, e)
-				}
-				return
-			case stateJoined:
-				j.source(l.Log.Source).Extra++
-				return
-			}
-		}
+	if l.Port == 0 {
+		j.store(e)
+		return
+	}
+	j.seq++
+	e.seq = j.seq
+	// A further request of a connection whose line was joined, named by
+	// nginx's serial number and worker: decided at once.
+	if h := j.sameConn(e); h != nil {
+		j.give(h, e)
+		j.source(l.Log.Source).Extra++
+		return
+	}
+	res := l.TimeRes + j.opts.RecordDelay
+	e.ready = l.Time.Add(res)
+	if e.ready.Before(now) {
+		e.ready = now
+	} else if lim := now.Add(res); e.ready.After(lim) {
+		e.ready = lim
 	}
 	j.store(e)
+	j.readyQ.push(e)
+	if !e.ready.After(now) {
+		j.resolve(e.k(), now)
+	}
 }
 
-// bestHandshake returns the handshake a port-carrying line belongs to: the
-// most recent compatible one on that address and port.
-func (j *Joiner) bestHandshake(l *entry) *entry {
-	// A request is logged on a connection whose handshake came first: of
-	// the compatible handshakes of the address and port, the latest that
-	// began at or before the line's time, else the earliest after it
-	// (within Skew). With a client port reused at once (the server closed
-	// first, so the client has no TIME_WAIT), the latest overall would be
-	// the next connection's, and the line would take its handshake. A
-	// line logged as its connection's first request ($connection_requests
-	// 1) cannot belong to a handshake another line already took: with a
-	// log's times in whole seconds, both handshakes of a reused port can
-	// come after the line's time.
-	var before, after *entry
-	first := l.line.ConnRequests == 1
-	for _, h := range j.hsByKey[l.k()] {
-		if !j.compatible(h, l) || first && h.state == stateJoined {
+// sameConn returns the handshake whose connection carried an earlier line
+// with the same $connection and $pid as line l: l is a further request of
+// that connection.
+func (j *Joiner) sameConn(l *entry) *entry {
+	if l.line.Conn == 0 || l.line.Log.PID == 0 {
+		return nil
+	}
+	hs := j.hsByKey[l.k()]
+	// The connection was open when l was logged: it began before.
+	end := l.line.Time.Add(l.line.TimeRes + j.opts.Skew)
+	for i := len(hs) - 1; i >= 0; i-- {
+		h := hs[i]
+		if h.ts.After(end) {
 			continue
 		}
-		if !h.ts.After(l.line.Time) {
-			if before == nil || h.ts.After(before.ts) {
-				before = h
-			}
-		} else if after == nil || h.ts.Before(after.ts) {
-			after = h
+		if h.ts.Before(l.line.Time.Add(-j.opts.Window)) {
+			break
+		}
+		if h.hasConn && h.conn == l.line.Conn && h.connPID == l.line.Log.PID && j.compatible(h, l) {
+			return h
 		}
 	}
-	if before != nil {
-		return before
+	return nil
+}
+
+// give records what line l says of handshake h's connection, l being one
+// of its requests (joined or further).
+func (j *Joiner) give(h, l *entry) {
+	if h.lineSeq == 0 || l.seq < h.lineSeq {
+		h.lineSeq = l.seq
 	}
-	return after
+	if l.line.ConnRequests == 1 {
+		h.firstReq = true
+	}
+	if l.line.Conn != 0 && !h.hasConn {
+		h.hasConn, h.conn, h.connPID = true, l.line.Conn, l.line.Log.PID
+	}
+}
+
+// span is the candidates of one line with the port, as indexes into the
+// handshakes of its address and port sorted by time: lo..hi, empty when
+// lo > hi.
+type span struct {
+	lo, hi int
+	none   bool // no handshake began before the line (within the window)
+}
+
+// resolve decides the ready, undecided lines with the port of key k,
+// with every handshake of k known now.
+//
+// A client port carries one connection at a time (to one server): the
+// handshakes of an address and port, in time order, are connections one
+// after the other, and a request is logged when it ends, while its
+// connection is open. So the line's connection is the last one that began
+// before the line was logged: one handshake when the log's time is
+// precise ($msec), all those that began within its second ($time_local)
+// plus the one before. The facts of the line then rule candidates out: a
+// first request ($connection_requests 1) is not a connection's whose first
+// request is known, a line's $connection and $pid are those of every line
+// of its connection, $request_time says when the request began (its
+// connection began before). Lines of one log are in the order they were
+// written, so a line's connection is not before an earlier line's, and
+// after it when they are different connections. One candidate left: the
+// line is joined to it (or counted as a further request when it is joined
+// already). More: the line waits, maybe for a later line to tell, and is
+// counted as ambiguous at MaxWait. None: it waits for a late record.
+func (j *Joiner) resolve(k key, now time.Time) {
+	ls := j.scratch[:0]
+	for _, l := range j.lineByKey[k] {
+		if l.state == statePending && !l.ready.After(now) {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) == 0 {
+		return
+	}
+	// Lines of one source at a time (their own handshakes: serverKind).
+	src := ls[0].line.Log.Source
+	mixed := false
+	for _, l := range ls {
+		mixed = mixed || l.line.Log.Source != src
+	}
+	if !mixed {
+		j.resolveGroup(k, ls)
+	} else {
+		for _, src := range []string{SourceNginx, SourceCaddy} {
+			var group []*entry
+			for _, l := range ls {
+				if l.line.Log.Source == src {
+					group = append(group, l)
+				}
+			}
+			if len(group) > 0 {
+				j.resolveGroup(k, group)
+			}
+		}
+	}
+	clear(ls)
+	j.scratch = ls[:0]
+}
+
+func (j *Joiner) resolveGroup(k key, ls []*entry) {
+	hs := j.hsScratch[:0]
+	for _, h := range j.hsByKey[k] {
+		if h.server.serves(ls[0].line.Log.Source) {
+			hs = append(hs, h)
+		}
+	}
+	defer func() {
+		clear(hs)
+		j.hsScratch = hs[:0]
+	}()
+	b := j.bounds[:0]
+	for _, l := range ls {
+		b = append(b, j.span(hs, l))
+	}
+	// Lines in log order: a line's connection is not before the previous
+	// line's, after it when the two are different connections, the same
+	// when they are one. A line without a candidate breaks the chain.
+	for i := 1; i < len(ls); i++ {
+		p, c := &b[i-1], &b[i]
+		if p.lo > p.hi || c.lo > c.hi {
+			continue
+		}
+		switch sameConn(ls[i-1], ls[i]) {
+		case connSame:
+			p.hi = min(p.hi, c.hi)
+			c.lo = max(c.lo, p.lo)
+		case connOther:
+			c.lo = max(c.lo, p.lo+1)
+		default:
+			c.lo = max(c.lo, p.lo)
+		}
+	}
+	for i := len(ls) - 1; i > 0; i-- {
+		p, c := &b[i-1], &b[i]
+		if p.lo > p.hi || c.lo > c.hi {
+			continue
+		}
+		switch sameConn(ls[i-1], ls[i]) {
+		case connOther:
+			p.hi = min(p.hi, c.hi-1)
+		default:
+			p.hi = min(p.hi, c.hi)
+		}
+	}
+	last := -1 // the handshake the previous line was given to
+	for i, l := range ls {
+		sp := b[i]
+		if last >= 0 && sp.lo <= sp.hi {
+			switch sameConn(ls[i-1], l) {
+			case connOther:
+				sp.lo = max(sp.lo, last+1)
+			default:
+				sp.lo = max(sp.lo, last)
+			}
+		}
+		last = j.decideLine(hs, l, sp)
+	}
+	j.bounds = b[:0]
+}
+
+// connRel says whether two lines are of the same connection.
+type connRel uint8
+
+const (
+	connUnknown connRel = iota
+	connSame
+	connOther
+)
+
+// sameConn says whether line b, logged after line a, is of a's
+// connection: by $connection and $pid, else by $connection_requests (b a
+// first request: another connection).
+func sameConn(a, b *entry) connRel {
+	la, lb := &a.line, &b.line
+	if la.Log.PID != 0 && lb.Log.PID != 0 && la.Log.PID != lb.Log.PID {
+		return connOther
+	}
+	if la.Conn != 0 && lb.Conn != 0 {
+		if la.Conn != lb.Conn {
+			return connOther
+		}
+		if la.Log.PID != 0 && lb.Log.PID != 0 {
+			return connSame
+		}
+	}
+	if lb.ConnRequests == 1 {
+		return connOther
+	}
+	return connUnknown
+}
+
+// span finds line l's candidates by time among hs (sorted by time): the
+// last handshake that began by the line's time, and those that began
+// within its resolution, within the window.
+func (j *Joiner) span(hs []*entry, l *entry) span {
+	t := l.line.Time
+	end := t.Add(l.line.TimeRes) // began before the line was written
+	hi := sortSearch(hs, end) - 1
+	lo := sortSearch(hs, t.Add(1)) - 1 // the last one that began by t
+	if first := sortSearch(hs, t.Add(-j.opts.Window)); lo < first {
+		lo = first
+	}
+	if rt := l.line.RequestTime; rt > 0 {
+		// The request began rt before it ended: its connection before.
+		if h := sortSearch(hs, end.Add(-rt)) - 1; h >= lo {
+			hi = h
+		}
+	}
+	lo = max(lo, 0)
+	return span{lo: lo, hi: hi, none: lo > hi}
+}
+
+// sortSearch is the index of the first handshake of hs that began at or
+// after t.
+func sortSearch(hs []*entry, t time.Time) int {
+	lo, hi := 0, len(hs)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if hs[m].ts.Before(t) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo
+}
+
+// decideLine decides line l given its candidates hs[sp.lo..sp.hi] and
+// returns the index of the handshake it was given to (-1: none).
+func (j *Joiner) decideLine(hs []*entry, l *entry, sp span) int {
+	j.unambiguous(l)
+	src := j.source(l.line.Log.Source)
+	ll := &l.line
+	first := ll.ConnRequests == 1
+	end := ll.Time.Add(ll.TimeRes)
+	var cands []int
+	for x := sp.lo; x <= sp.hi; x++ {
+		h := hs[x]
+		if !j.compatible(h, l) {
+			continue
+		}
+		if h.ts.After(ll.Time) && !h.ts.Add(h.serverHello).Before(end) {
+			// Began within the line's resolution, but its server had
+			// not answered the ClientHello by then: no request of its
+			// was done.
+			continue
+		}
+		if h.lineSeq != 0 && h.lineSeq < l.seq {
+			// An earlier line of the log was its connection's: this
+			// one's is not before it.
+			cands = cands[:0]
+		}
+		if h.hasConn {
+			if ll.Conn != 0 && h.conn != ll.Conn || ll.Log.PID != 0 && h.connPID != 0 && h.connPID != ll.Log.PID {
+				continue // another connection's
+			}
+			if ll.Conn != 0 && ll.Log.PID != 0 && h.connPID == ll.Log.PID {
+				cands = append(cands[:0], x) // this connection's
+				break
+			}
+		}
+		if first && h.firstReq {
+			continue // its first request is known
+		}
+		cands = append(cands, x)
+	}
+	if len(cands) == 0 && sp.none {
+		// No handshake began before the line: clocks apart by up to
+		// Skew, the earliest that began after it.
+		for x := max(sp.hi+1, 0); x < len(hs); x++ {
+			h := hs[x]
+			if !j.compatible(h, l) {
+				break
+			}
+			if first && h.state == stateJoined || h.hasConn && ll.Conn != 0 && h.conn != ll.Conn {
+				continue
+			}
+			cands = append(cands[:0], x)
+			break
+		}
+	}
+	if len(cands) > 1 {
+		cands = j.tieBreak(hs, l, cands)
+	}
+	switch len(cands) {
+	case 0:
+		return -1 // waits for a late record, unmatched at MaxWait
+	case 1:
+		h := hs[cands[0]]
+		switch h.state {
+		case statePending:
+			j.give(h, l)
+			j.join(h, l)
+		case stateJoined:
+			j.give(h, l)
+			src.Extra++
+			l.state = stateDone
+			j.remove(l)
+		default: // emitted unjoined already: the line came too late
+			src.Unmatched++
+			l.state = stateDone
+			j.remove(l)
+		}
+		return cands[0]
+	}
+	joined := true
+	for _, x := range cands {
+		joined = joined && hs[x].state == stateJoined
+	}
+	if joined {
+		// A further request of one of several joined connections.
+		src.Extra++
+		l.state = stateDone
+		j.remove(l)
+		return -1
+	}
+	for _, x := range cands {
+		hs[x].amb++
+		l.cands = append(l.cands, hs[x])
+	}
+	return -1
+}
+
+// tieBreak narrows several candidates of line l by the facts both sides
+// carry: a further request ($connection_requests above 1) is a joined
+// connection's rather than one whose first request is missing; the TLS
+// version and group, and the worker, agree. A fact rules candidates out
+// only when some remain (a lone candidate that disagrees is the
+// self-check's to count).
+func (j *Joiner) tieBreak(hs []*entry, l *entry, cands []int) []int {
+	ll := &l.line
+	keep := func(ok func(h *entry) bool) {
+		n := 0
+		for _, x := range cands {
+			if ok(hs[x]) {
+				n++
+			}
+		}
+		if n == 0 || n == len(cands) {
+			return
+		}
+		n = 0
+		for _, x := range cands {
+			if ok(hs[x]) {
+				cands[n] = x
+				n++
+			}
+		}
+		cands = cands[:n]
+	}
+	if ll.ConnRequests > 1 {
+		keep(func(h *entry) bool { return h.state == stateJoined })
+	}
+	if ll.Log.SSLCurve != "" {
+		g := IANAGroupName(ll.Log.SSLCurve)
+		keep(func(h *entry) bool { return h.group == "" || strings.EqualFold(h.group, g) })
+	}
+	if ll.Version != "" {
+		keep(func(h *entry) bool { return h.version == "" || h.version == ll.Version })
+	}
+	if ll.Log.PID != 0 {
+		keep(func(h *entry) bool {
+			return (h.workerPID == 0 || h.workerPID == ll.Log.PID) && (h.connPID == 0 || h.connPID == ll.Log.PID)
+		})
+	}
+	return cands
+}
+
+// unambiguous forgets line l's candidates of an earlier decision.
+func (j *Joiner) unambiguous(l *entry) {
+	for _, h := range l.cands {
+		h.amb--
+	}
+	clear(l.cands)
+	l.cands = l.cands[:0]
 }
 
 func (j *Joiner) store(e *entry) {
@@ -514,7 +935,13 @@ func (j *Joiner) store(e *entry) {
 	k := e.k()
 	switch {
 	case !e.isLine:
-		j.hsByKey[k] = append(j.hsByKey[k], e)
+		// In time order (records come nearly in order: from the end).
+		hs := j.hsByKey[k]
+		i := len(hs)
+		for i > 0 && hs[i-1].ts.After(e.ts) {
+			i--
+		}
+		j.hsByKey[k] = slices.Insert(hs, i, e)
 		j.hsByAddr[k.addr] = append(j.hsByAddr[k.addr], e)
 	case e.line.Port != 0:
 		j.lineByKey[k] = append(j.lineByKey[k], e)
@@ -555,6 +982,9 @@ func (j *Joiner) remove(e *entry) {
 		return
 	}
 	e.removed = true
+	if e.isLine {
+		j.unambiguous(e)
+	}
 	k := e.k()
 	del := func(s []*entry) []*entry {
 		if i := slices.Index(s, e); i >= 0 {
@@ -623,6 +1053,16 @@ func (j *Joiner) Tick(now time.Time) {
 }
 
 func (j *Joiner) tick(now time.Time) {
+	for j.readyQ.len() > 0 {
+		e := j.readyQ.front()
+		if !e.removed && e.state == statePending && now.Before(e.ready) {
+			break
+		}
+		j.readyQ.pop()
+		if !e.removed && e.state == statePending {
+			j.resolve(e.k(), now)
+		}
+	}
 	for j.decideQ.len() > 0 && !now.Before(j.decideQ.front().arrived.Add(j.opts.MaxWait)) {
 		j.decide(j.decideQ.pop())
 	}
@@ -636,6 +1076,12 @@ func (j *Joiner) tick(now time.Time) {
 func (j *Joiner) Flush() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	end := time.Unix(1<<40, 0)
+	for j.readyQ.len() > 0 {
+		if e := j.readyQ.pop(); !e.removed && e.state == statePending {
+			j.resolve(e.k(), end)
+		}
+	}
 	for j.decideQ.len() > 0 {
 		j.decide(j.decideQ.pop())
 	}
@@ -658,11 +1104,15 @@ func (j *Joiner) decide(e *entry) {
 		src := j.source(e.line.Log.Source)
 		if e.line.Port != 0 {
 			e.state = stateDone
-			if h := j.bestHandshake(e); h != nil && h.state == stateJoined {
-				src.Extra++
+			if len(e.cands) > 0 {
+				src.Ambiguous++
+				for _, h := range e.cands {
+					h.ambiguous = true
+				}
 			} else {
 				src.Unmatched++
 			}
+			j.unambiguous(e)
 			return
 		}
 		h, n := j.addrHandshakes(e)
@@ -681,6 +1131,12 @@ func (j *Joiner) decide(e *entry) {
 	// A handshake no line with its port claimed: try an address-only join.
 	cand, n := j.addrLines(e)
 	switch {
+	case e.amb > 0 || e.ambiguous:
+		// Lines with the port that more than one handshake could have
+		// logged, this one among them.
+		e.state = stateDone
+		j.st.AmbiguousHandshakes++
+		j.emit(e.h)
 	case n == 0:
 		e.state = stateDone
 		j.st.UnmatchedHandshakes++
@@ -750,6 +1206,10 @@ func Batch(records []*record.Handshake, lines []Line, opts Options) Stats {
 		// Offline the records and lines are in memory already: the
 		// entries add little, and an eviction would lose a join.
 		opts.MaxPendingBytes = math.MaxInt
+	}
+	if opts.RecordDelay == 0 {
+		// The records are merged with the lines in time order.
+		opts.RecordDelay = -1
 	}
 	j := New(opts)
 	hi, li := 0, 0

@@ -133,6 +133,7 @@ func TestJoinerScenarios(t *testing.T) {
 				H(hs("10.0.0.5", 2, 0, "X25519MLKEM768")), L(func() Line { l := line("10.0.0.5", 2, s, "/"); l.Log.SSLCurve = "X25519MLKEM768"; return l }()),
 				H(hs("10.0.0.5", 3, 0, "secp256r1")), L(func() Line { l := line("10.0.0.5", 3, s, "/"); l.Log.SSLCurve = "prime256v1"; return l }()),
 				H(hs("10.0.0.5", 4, 0, "x25519")), L(func() Line { l := line("10.0.0.5", 4, s, "/"); l.Log.SSLCurve = "prime256v1"; return l }()),
+				T(300 * s), // lines are decided once every record that may be theirs has come
 			},
 			check: func(t *testing.T, st Stats) { want(t, st.CurveChecked == 4 && st.CurveMismatch == 1, st) },
 		},
@@ -341,7 +342,7 @@ func TestIANAGroupName(t *testing.T) {
 // 100,000 connections per second of simulated time from distinct clients, the
 // store in steady state (entries purged after 2*MaxWait).
 func BenchmarkJoinAdd(b *testing.B) {
-	j := New(Options{Window: time.Second, Skew: 100 * time.Millisecond, MaxWait: 2 * time.Second, MaxPending: 1 << 20})
+	j := New(Options{Window: time.Second, Skew: 100 * time.Millisecond, MaxWait: 2 * time.Second, MaxPending: 1 << 20, MaxPendingBytes: 1 << 30})
 	h0 := hs("10.0.0.0", 0, 0, "x25519")
 	l0 := line("10.0.0.0", 0, 0, "/")
 	b.ReportAllocs()

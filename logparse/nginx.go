@@ -15,6 +15,10 @@ type NginxLine struct {
 	RemoteAddr []byte
 	RemotePort uint16    // 0: absent
 	Time       time.Time // from $msec, $time_iso8601 or $time_local (first present); zero: absent
+	// TimeRes is Time's resolution as logged: the line was written in
+	// [Time, Time+TimeRes) (1 ms for $msec, 1 s for $time_local and
+	// $time_iso8601).
+	TimeRes time.Duration
 
 	Request  []byte // "$request" as logged
 	Method   []byte // $request_method, else the method of $request
@@ -201,19 +205,19 @@ func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
 		if !ok {
 			return fmt.Errorf("%w: msec %s", ErrBadField, shape(b))
 		}
-		l.setTime(t, 3)
+		l.setTime(t, 3, msecRes(b))
 	case VarTimeISO8601:
 		t, ok := parseISO8601(b, 0)
 		if !ok {
 			return fmt.Errorf("%w: time_iso8601 %s", ErrBadField, shape(b))
 		}
-		l.setTime(t, 2)
+		l.setTime(t, 2, time.Second)
 	case VarTimeLocal:
 		t, ok := parseTimeLocal(b)
 		if !ok {
 			return fmt.Errorf("%w: time_local %s", ErrBadField, shape(b))
 		}
-		l.setTime(t, 1)
+		l.setTime(t, 1, time.Second)
 	case VarRequest:
 		l.Request = b
 		m, u, p := splitRequest(b)
@@ -278,10 +282,21 @@ func (l *NginxLine) set(esc Escape, v Var, raw []byte) error {
 	return nil
 }
 
-func (l *NginxLine) setTime(t time.Time, rank int) {
+func (l *NginxLine) setTime(t time.Time, rank int, res time.Duration) {
 	if rank > l.timeRank {
-		l.Time, l.timeRank = t, rank
+		l.Time, l.timeRank, l.TimeRes = t, rank, res
 	}
+}
+
+// msecRes is the resolution of a $msec value: 10^-(its fraction digits) s.
+func msecRes(b []byte) time.Duration {
+	res := time.Second
+	if dot := bytes.IndexByte(b, '.'); dot >= 0 {
+		for range len(b) - dot - 1 {
+			res /= 10
+		}
+	}
+	return max(res, time.Nanosecond)
 }
 
 func (l *NginxLine) setHost(b []byte, rank int) {
