@@ -216,12 +216,12 @@ type entry struct {
 	group, version string
 	workerPID      int
 	serverHello    time.Duration // after ts, when the server answered (0: unknown)
-	firstReq       bool   // a line with $connection_requests 1 was given to it
-	hasConn        bool   // conn and connPID are a given line's
-	conn           uint64 // $connection of a line given to it
-	connPID        int    // $pid of that line (0: not logged)
-	lineSeq        uint64 // the first line given to it (0: none yet)
-	amb            int32  // waiting port lines that have it among several candidates
+	firstReq       bool          // a line with $connection_requests 1 was given to it
+	hasConn        bool          // conn and connPID are a given line's
+	conn           uint64        // $connection of a line given to it
+	connPID        int           // $pid of that line (0: not logged)
+	lineSeq        uint64        // the first line given to it (0: none yet)
+	amb            int32         // waiting port lines that have it among several candidates
 
 	// A line with the port: its arrival number, when every record that
 	// may be its connection's has arrived, and, while it is ambiguous,

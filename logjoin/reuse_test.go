@@ -48,9 +48,9 @@ var reuseFormats = []struct {
 type simConn struct {
 	id     int
 	port   uint16
-	start  time.Time // SYN
-	ts     time.Time // ClientHello
-	end    time.Time // closed (the port is free after this)
+	start  time.Time     // SYN
+	ts     time.Time     // ClientHello
+	end    time.Time     // closed (the port is free after this)
 	sh     time.Duration // ClientHello to ServerHello
 	group  string
 	serial uint64 // nginx's $connection
@@ -133,7 +133,9 @@ var reuseOrders = []struct {
 	{"records first", func(*rand.Rand) time.Duration { return 0 }, func(*rand.Rand) time.Duration { return 50 * time.Millisecond }},
 	// The live agent: a record waits for its capture block (up to 1 s) and
 	// its attribution (up to 3 s); the log is tailed at once.
-	{"lines first", func(rng *rand.Rand) time.Duration { return time.Second + time.Duration(rng.IntN(3000))*time.Millisecond },
+	{"lines first", func(rng *rand.Rand) time.Duration {
+		return time.Second + time.Duration(rng.IntN(3000))*time.Millisecond
+	},
 		func(*rand.Rand) time.Duration { return 0 }},
 	{"interleaved", func(rng *rand.Rand) time.Duration { return time.Duration(rng.IntN(4000)) * time.Millisecond },
 		func(rng *rand.Rand) time.Duration { return time.Duration(rng.IntN(1500)) * time.Millisecond }},
@@ -146,10 +148,10 @@ var reuseOrders = []struct {
 
 // reuseResult counts what became of the records of one run.
 type reuseResult struct {
-	records, withLine       int // records; those whose connection logged a line
+	records, withLine        int // records; those whose connection logged a line
 	joined, wrong, ambiguous int
-	missed                  int // records with a line, not joined
-	st                      Stats
+	missed                   int // records with a line, not joined
+	st                       Stats
 }
 
 func (r reuseResult) String() string {
@@ -253,7 +255,9 @@ func TestPortReuse(t *testing.T) {
 		gap  func(rng *rand.Rand) time.Duration
 	}{
 		{"ms", func(rng *rand.Rand) time.Duration { return time.Duration(100+rng.IntN(3000)) * time.Microsecond }},
-		{"s", func(rng *rand.Rand) time.Duration { return 10*time.Second + time.Duration(rng.IntN(5000))*time.Millisecond }},
+		{"s", func(rng *rand.Rand) time.Duration {
+			return 10*time.Second + time.Duration(rng.IntN(5000))*time.Millisecond
+		}},
 	}
 	reqs := []struct {
 		name string
