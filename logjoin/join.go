@@ -215,13 +215,12 @@ type entry struct {
 	// requests) said of it.
 	group, version string
 	workerPID      int
-	serverHello    time.Duration // after ts, when the server answered (0: unknown)
-	firstReq       bool          // a line with $connection_requests 1 was given to it
-	hasConn        bool          // conn and connPID are a given line's
-	conn           uint64        // $connection of a line given to it
-	connPID        int           // $pid of that line (0: not logged)
-	lineSeq        uint64        // the first line given to it (0: none yet)
-	amb            int32         // waiting port lines that have it among several candidates
+	firstReq       bool   // a line with $connection_requests 1 was given to it
+	hasConn        bool   // conn and connPID are a given line's
+	conn           uint64 // $connection of a line given to it
+	connPID        int    // $pid of that line (0: not logged)
+	lineSeq        uint64 // the first line given to it (0: none yet)
+	amb            int32  // waiting port lines that have it among several candidates
 
 	// A line with the port: its arrival number, when every record that
 	// may be its connection's has arrived, and, while it is ambiguous,
@@ -499,7 +498,6 @@ func (j *Joiner) AddHandshake(h *record.Handshake, now time.Time) {
 	if h.Generation != nil {
 		e.workerPID = h.Generation.WorkerPID
 	}
-	e.serverHello = time.Duration(h.HandshakeRTTMicros) * time.Microsecond
 	j.store(e)
 	// Lines with the port that are ready and still undecided (no record
 	// of theirs had come, or more than one could be theirs) are looked at
@@ -782,17 +780,10 @@ func (j *Joiner) decideLine(hs []*entry, l *entry, sp span) int {
 	src := j.source(l.line.Log.Source)
 	ll := &l.line
 	first := ll.ConnRequests == 1
-	end := ll.Time.Add(ll.TimeRes)
 	var cands []int
 	for x := sp.lo; x <= sp.hi; x++ {
 		h := hs[x]
 		if !j.compatible(h, l) {
-			continue
-		}
-		if h.ts.After(ll.Time) && !h.ts.Add(h.serverHello).Before(end) {
-			// Began within the line's resolution, but its server had
-			// not answered the ClientHello by then: no request of its
-			// was done.
 			continue
 		}
 		if h.lineSeq != 0 && h.lineSeq < l.seq {
