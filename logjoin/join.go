@@ -670,8 +670,9 @@ func (j *Joiner) resolveGroup(k key, ls []*entry) {
 		}
 		switch sameConn(ls[i-1], ls[i]) {
 		case connSame:
-			p.hi = min(p.hi, c.hi)
-			c.lo = max(c.lo, p.lo)
+			// One connection: both lines have the candidates of both.
+			p.lo, p.hi = max(p.lo, c.lo), min(p.hi, c.hi)
+			c.lo, c.hi = p.lo, p.hi
 		case connOther:
 			c.lo = max(c.lo, p.lo+1)
 		default:
@@ -684,6 +685,9 @@ func (j *Joiner) resolveGroup(k key, ls []*entry) {
 			continue
 		}
 		switch sameConn(ls[i-1], ls[i]) {
+		case connSame:
+			p.lo, p.hi = max(p.lo, c.lo), min(p.hi, c.hi)
+			c.lo, c.hi = p.lo, p.hi
 		case connOther:
 			p.hi = min(p.hi, c.hi-1)
 		default:
