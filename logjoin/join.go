@@ -227,6 +227,7 @@ type entry struct {
 	// its candidates.
 	seq   uint64
 	ready time.Time
+	tried bool // decided once and left undecided
 	cands []*entry
 }
 
@@ -610,6 +611,9 @@ type span struct {
 // line is joined to it (or counted as a further request when it is joined
 // already). More: the line waits, maybe for a later line to tell, and is
 // counted as ambiguous at MaxWait. None: it waits for a late record.
+// maxGroup bounds the lines of an address and port decided together.
+const maxGroup = 32
+
 func (j *Joiner) resolve(k key, now time.Time) {
 	ls := j.scratch[:0]
 	for _, l := range j.lineByKey[k] {
@@ -619,6 +623,19 @@ func (j *Joiner) resolve(k key, now time.Time) {
 	}
 	if len(ls) == 0 {
 		return
+	}
+	if len(ls) > maxGroup {
+		// Lines left ambiguous wait for MaxWait: those tried already and
+		// long before the newest are left as they are (bounding the work
+		// per event).
+		n := 0
+		for i, l := range ls {
+			if !l.tried || i >= len(ls)-maxGroup {
+				ls[n] = l
+				n++
+			}
+		}
+		ls = ls[:n]
 	}
 	// Lines of one source at a time (their own handshakes: serverKind).
 	src := ls[0].line.Log.Source
@@ -781,6 +798,7 @@ func sortSearch(hs []*entry, t time.Time) int {
 // returns the index of the handshake it was given to (-1: none).
 func (j *Joiner) decideLine(hs []*entry, l *entry, sp span) int {
 	j.unambiguous(l)
+	l.tried = true
 	src := j.source(l.line.Log.Source)
 	ll := &l.line
 	first := ll.ConnRequests == 1
