@@ -1,0 +1,889 @@
+package report
+
+import (
+	"time"
+	"unicode/utf8"
+
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
+)
+
+// PlanDecoder reads, from a record's JSON line, the fields the plan uses
+// (Add, the forecast, the costs, the policy check), without reflection:
+// the rest of the line is checked and skipped, nothing allocated for it.
+// Strings the plan keeps (node, server, SNI, JA4, group names...) are
+// interned in bounded tables, and offered_groups and key_shares arrays
+// decoded once per distinct text (their group ids with them, as FillIDs
+// sets them), so a line in the steady state allocates nothing.
+//
+// It is exact or it declines: Decode returns false for any line it does
+// not read exactly as encoding/json into record.Handshake would (an
+// escape in a string it keeps, null, a key matching a field only without
+// regard to case, a duplicate key, a value of another type, a timestamp
+// other than UTC's "Z", invalid JSON...), and the caller decodes that
+// line with encoding/json (the reference; FuzzPlanDecoder compares them).
+// What it returns is read-only: slices and the Log are shared with later
+// records.
+type PlanDecoder struct {
+	// Client decodes the client field (a string of its own per record);
+	// else it is left empty. Only the policy check's listed violations
+	// read it.
+	Client bool
+
+	strs   map[string]string
+	groups map[string]planGroups
+	shares map[string]planShares
+	log    record.Log
+}
+
+// Bounds of a PlanDecoder's tables: past them a value is decoded afresh.
+const (
+	planMaxStrings = 1 << 16
+	planMaxArrays  = 1 << 12
+)
+
+type planGroups struct {
+	names []string
+	ids   []uint16
+}
+
+type planShares struct {
+	shares []record.KeyShare
+	ids    []uint16
+}
+
+// NewPlanDecoder returns a decoder with empty tables.
+func NewPlanDecoder() *PlanDecoder {
+	return &PlanDecoder{strs: map[string]string{}, groups: map[string]planGroups{}, shares: map[string]planShares{}}
+}
+
+// planField numbers the record's JSON fields: the ones the plan reads, then
+// the ones it skips (checked for their type only).
+type planField uint8
+
+const (
+	pfNone planField = iota
+	pfTS
+	pfClient
+	pfServer
+	pfSNI
+	pfOffered
+	pfShares
+	pfPQOffered
+	pfVersion
+	pfGroup
+	pfPQ
+	pfHRR
+	pfHRRGroup
+	pfCHBytes
+	pfSHBytes
+	pfWireSegs
+	pfGroupMissing
+	pfOutcome
+	pfAlert
+	pfJA4
+	pfLog
+	pfNode
+	pfID
+	// skipped, type-checked
+	pfSkipString
+	pfSkipInt
+	pfSkipBool
+	pfSkipStrings
+	pfSkipGeneration
+)
+
+// planFields maps every JSON name of record.Handshake to its field.
+var planFields = map[string]planField{
+	"ts": pfTS, "transport": pfSkipString, "client": pfClient, "server": pfServer, "frontend": pfSkipString,
+	"sni": pfSNI, "alpn": pfSkipStrings, "offered_groups": pfOffered, "key_shares": pfShares,
+	"pq_offered": pfPQOffered, "version": pfVersion, "cipher": pfSkipString, "group": pfGroup, "pq": pfPQ,
+	"hrr": pfHRR, "hrr_group": pfHRRGroup, "client_hello_bytes": pfCHBytes, "server_hello_bytes": pfSHBytes,
+	"client_hello_segments": pfSkipInt, "client_hello_wire_segments": pfWireSegs, "group_missing": pfGroupMissing,
+	"resumed": pfSkipBool, "outcome": pfOutcome, "alert": pfAlert, "handshake_rtt_us": pfSkipInt, "ja4": pfJA4,
+	"log": pfLog, "generation": pfSkipGeneration, "node": pfNode, "id": pfID,
+}
+
+// The nested objects' fields: 's' a string, 'i' an int; user_agent is
+// the one the plan reads.
+var (
+	planLogFields = map[string]byte{"source": 's', "status": 'i', "method": 's', "host": 's', "path": 's', "user_agent": 'u', "pid": 'i', "ssl_curve": 's'}
+	planGenFields = map[string]byte{"id": 's', "master_pid": 'i', "worker_pid": 'i', "exe": 's', "exe_sha256": 's', "openssl": 's'}
+	planKSFields  = map[string]byte{"group": 's', "bytes": 'i'}
+)
+
+// planScan is one line's scan: buf from i.
+type planScan struct {
+	b  []byte
+	i  int
+	ok bool
+}
+
+// Decode sets r (zeroed first) from line and reports whether it did so
+// exactly; false: decode line with encoding/json instead.
+func (d *PlanDecoder) Decode(line []byte, r *record.Handshake) bool {
+	*r = record.Handshake{}
+	s := planScan{b: line, ok: true}
+	s.ws()
+	if !s.byte('{') {
+		return false
+	}
+	var seen uint64
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+	} else {
+		for s.ok {
+			s.ws()
+			key, ok := s.key()
+			if !ok {
+				return false
+			}
+			f := planFields[string(key)]
+			if f == pfNone {
+				if planFoldMatch(key, planFields) {
+					return false // encoding/json matches it regardless of case
+				}
+			} else if f < pfSkipString { // a skipped field may repeat: only its type counts
+				if seen&(1<<f) != 0 {
+					return false
+				}
+				seen |= 1 << f
+			}
+			s.ws()
+			if !s.byte(':') {
+				return false
+			}
+			s.ws()
+			if !d.field(&s, f, r) {
+				return false
+			}
+			s.ws()
+			if s.peek() == ',' {
+				s.i++
+				continue
+			}
+			if !s.byte('}') {
+				return false
+			}
+			break
+		}
+	}
+	s.ws()
+	return s.ok && s.i == len(s.b)
+}
+
+// field reads the value of field f into r.
+func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool {
+	switch f {
+	case pfNone:
+		return s.skipValue(0)
+	case pfTS:
+		v, ok := s.rawString()
+		if !ok {
+			return false
+		}
+		r.TS, ok = planParseTime(v)
+		return ok
+	case pfClient:
+		if !d.Client {
+			return s.skipString()
+		}
+		v, ok := s.rawString()
+		if !ok || !utf8.Valid(v) {
+			return false // encoding/json replaces invalid UTF-8
+		}
+		r.Client = string(v)
+		return true
+	case pfID:
+		v, ok := s.rawString()
+		if !ok {
+			return false
+		}
+		return planSetID(r, v, d)
+	case pfServer, pfSNI, pfVersion, pfGroup, pfHRRGroup, pfGroupMissing, pfOutcome, pfAlert, pfJA4, pfNode:
+		v, ok := d.str(s)
+		if !ok {
+			return false
+		}
+		switch f {
+		case pfServer:
+			r.Server = v
+		case pfSNI:
+			r.SNI = v
+		case pfVersion:
+			r.Version = v
+		case pfGroup:
+			r.Group = v
+		case pfHRRGroup:
+			r.HRRGroup = v
+		case pfGroupMissing:
+			r.GroupMissing = v
+		case pfOutcome:
+			r.Outcome = v
+		case pfAlert:
+			r.Alert = v
+		case pfJA4:
+			r.JA4 = v
+		case pfNode:
+			r.Node = v
+		}
+		return true
+	case pfPQOffered, pfPQ, pfHRR, pfSkipBool:
+		v, ok := s.boolean()
+		switch f {
+		case pfPQOffered:
+			r.PQOffered = v
+		case pfPQ:
+			r.PQ = v
+		case pfHRR:
+			r.HRR = v
+		}
+		return ok
+	case pfCHBytes, pfSHBytes, pfWireSegs, pfSkipInt:
+		v, ok := s.integer()
+		switch f {
+		case pfCHBytes:
+			r.ClientHelloBytes = v
+		case pfSHBytes:
+			r.ServerHelloBytes = v
+		case pfWireSegs:
+			r.ClientHelloWireSegments = v
+		}
+		return ok
+	case pfSkipString:
+		return s.skipString()
+	case pfSkipStrings:
+		return s.stringArray(nil)
+	case pfOffered:
+		return d.offered(s, r)
+	case pfShares:
+		return d.keyShares(s, r)
+	case pfLog:
+		d.log = record.Log{}
+		r.Log = &d.log
+		return d.object(s, planLogFields, &d.log.UserAgent)
+	case pfSkipGeneration:
+		return d.object(s, planGenFields, nil)
+	}
+	return false
+}
+
+// object reads an object of fields (see planLogFields); the 'u' field's
+// string goes to *ua.
+func (d *PlanDecoder) object(s *planScan, fields map[string]byte, ua *string) bool {
+	if !s.byte('{') {
+		return false
+	}
+	s.ws()
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		key, ok := s.key()
+		if !ok {
+			return false
+		}
+		kind, known := fields[string(key)]
+		if !known && planFoldMatchByte(key, fields) {
+			return false
+		}
+		s.ws()
+		if !s.byte(':') {
+			return false
+		}
+		s.ws()
+		switch kind {
+		case 's':
+			ok = s.skipString()
+		case 'i':
+			_, ok = s.integer()
+		case 'u':
+			*ua, ok = d.str(s)
+		default:
+			ok = s.skipValue(0)
+		}
+		if !ok {
+			return false
+		}
+		s.ws()
+		if s.peek() == ',' {
+			s.i++
+			continue
+		}
+		return s.byte('}')
+	}
+}
+
+// offered reads offered_groups: its names and, as FillIDs, their ids;
+// once per distinct array text.
+func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
+	start := s.i
+	if !s.stringArray(nil) {
+		return false
+	}
+	raw := s.b[start:s.i]
+	if g, ok := d.groups[string(raw)]; ok {
+		r.OfferedGroups, r.OfferedIDs = g.names, g.ids
+		return true
+	}
+	var g planGroups
+	sub := planScan{b: raw, ok: true}
+	if !sub.stringArray(func(v []byte) bool {
+		name, ok := d.intern(v)
+		g.names = append(g.names, name)
+		return ok
+	}) {
+		return false
+	}
+	if g.names == nil {
+		g.names = []string{}
+	}
+	for _, n := range g.names {
+		if id, ok := tlsparse.ParseGroup(n); ok {
+			g.ids = append(g.ids, uint16(id))
+		}
+	}
+	if len(g.names) > 0 && g.ids == nil {
+		g.ids = []uint16{}
+	}
+	if len(d.groups) < planMaxArrays {
+		d.groups[string(raw)] = g
+	}
+	r.OfferedGroups, r.OfferedIDs = g.names, g.ids
+	return true
+}
+
+// keyShares reads key_shares: the entries and, as FillIDs, their ids;
+// once per distinct array text.
+func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
+	start := s.i
+	if !s.byte('[') {
+		return false
+	}
+	s.ws()
+	if s.peek() == ']' {
+		s.i++
+	} else {
+		for {
+			s.ws()
+			if !d.object(s, planKSFields, nil) {
+				return false
+			}
+			s.ws()
+			if s.peek() == ',' {
+				s.i++
+				continue
+			}
+			if !s.byte(']') {
+				return false
+			}
+			break
+		}
+	}
+	raw := s.b[start:s.i]
+	if v, ok := d.shares[string(raw)]; ok {
+		r.KeyShares, r.KeyShareIDs = v.shares, v.ids
+		return true
+	}
+	// Read again, keeping the entries (last value of a repeated key, as
+	// encoding/json).
+	var v planShares
+	sub := planScan{b: raw, ok: true}
+	sub.byte('[')
+	v.shares = []record.KeyShare{}
+	for sub.ws(); sub.peek() != ']'; sub.ws() {
+		var ks record.KeyShare
+		sub.byte('{')
+		for sub.ws(); sub.peek() != '}'; sub.ws() {
+			key, _ := sub.key()
+			sub.ws()
+			sub.byte(':')
+			sub.ws()
+			switch string(key) {
+			case "group":
+				var ok bool
+				if ks.Group, ok = d.str(&sub); !ok {
+					return false
+				}
+			case "bytes":
+				ks.Bytes, _ = sub.integer()
+			default:
+				sub.skipValue(0)
+			}
+			sub.ws()
+			if sub.peek() == ',' {
+				sub.i++
+			}
+		}
+		sub.i++
+		v.shares = append(v.shares, ks)
+		sub.ws()
+		if sub.peek() == ',' {
+			sub.i++
+		}
+	}
+	if !sub.ok {
+		return false
+	}
+	for _, ks := range v.shares {
+		if id, ok := tlsparse.ParseGroup(ks.Group); ok {
+			v.ids = append(v.ids, uint16(id))
+		}
+	}
+	if len(v.shares) > 0 && v.ids == nil {
+		v.ids = []uint16{}
+	}
+	if len(d.shares) < planMaxArrays {
+		d.shares[string(raw)] = v
+	}
+	r.KeyShares, r.KeyShareIDs = v.shares, v.ids
+	return true
+}
+
+// str reads a string the plan keeps, interned.
+func (d *PlanDecoder) str(s *planScan) (string, bool) {
+	v, ok := s.rawString()
+	if !ok {
+		return "", false
+	}
+	return d.intern(v)
+}
+
+// intern returns v as a string: from the table, else added to it while it
+// has room. Only strings without escapes reach it; invalid UTF-8 is
+// declined (encoding/json replaces it).
+func (d *PlanDecoder) intern(v []byte) (string, bool) {
+	if t, ok := d.strs[string(v)]; ok {
+		return t, true
+	}
+	for _, c := range v {
+		if c >= utf8.RuneSelf {
+			if !utf8.Valid(v) {
+				return "", false
+			}
+			break
+		}
+	}
+	t := string(v)
+	if len(d.strs) < planMaxStrings {
+		d.strs[t] = t
+	}
+	return t, true
+}
+
+// planSetID sets r's id: an id of the agent's form "<prefix>-<16
+// lower-case hex digits>" (its sequence not 0) as IDPrefix and IDSeq (the
+// prefix interned), which AppendID writes back as the same text; any
+// other as ID. False for invalid UTF-8 (encoding/json replaces it).
+func planSetID(r *record.Handshake, v []byte, d *PlanDecoder) bool {
+	if seq, ok := planIDSeq(v); ok {
+		p, ok := d.intern(v[:len(v)-16])
+		r.IDPrefix, r.IDSeq = p, seq
+		return ok
+	}
+	if !utf8.Valid(v) {
+		return false
+	}
+	r.ID = string(v)
+	return true
+}
+
+// planIDSeq is the sequence number of an id of the agent's form: ok when
+// v ends in '-' and 16 lower-case hex digits, not all 0.
+func planIDSeq(v []byte) (uint64, bool) {
+	if len(v) < 17 || v[len(v)-17] != '-' {
+		return 0, false
+	}
+	var seq uint64
+	for _, c := range v[len(v)-16:] {
+		switch {
+		case '0' <= c && c <= '9':
+			seq = seq<<4 | uint64(c-'0')
+		case 'a' <= c && c <= 'f':
+			seq = seq<<4 | uint64(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return seq, seq != 0
+}
+
+// planFoldMatch reports whether key, not a field name, is one but for
+// case (ASCII keys only reach here).
+func planFoldMatch(key []byte, fields map[string]planField) bool {
+	var buf [64]byte
+	l, changed := planLower(key, buf[:0])
+	if !changed {
+		return false
+	}
+	_, ok := fields[string(l)]
+	return ok
+}
+
+func planFoldMatchByte(key []byte, fields map[string]byte) bool {
+	var buf [64]byte
+	l, changed := planLower(key, buf[:0])
+	if !changed {
+		return false
+	}
+	_, ok := fields[string(l)]
+	return ok
+}
+
+func planLower(key, dst []byte) ([]byte, bool) {
+	changed := false
+	for _, c := range key {
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+			changed = true
+		}
+		dst = append(dst, c)
+	}
+	return dst, changed
+}
+
+// planParseTime parses "YYYY-MM-DDTHH:MM:SS[.fraction]Z" as
+// time.Time.UnmarshalJSON would (strict RFC 3339, UTC); false for any
+// other form (an offset, a leap second...), which the caller leaves to it.
+func planParseTime(v []byte) (time.Time, bool) {
+	if len(v) < 20 || v[4] != '-' || v[7] != '-' || v[10] != 'T' || v[13] != ':' || v[16] != ':' || v[len(v)-1] != 'Z' {
+		return time.Time{}, false
+	}
+	num := func(b []byte) (int, bool) {
+		n := 0
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	year, ok1 := num(v[0:4])
+	month, ok2 := num(v[5:7])
+	day, ok3 := num(v[8:10])
+	hour, ok4 := num(v[11:13])
+	minute, ok5 := num(v[14:16])
+	sec, ok6 := num(v[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	if day > 28 && time.Date(year, time.Month(month), day, 0, 0, 0, 0, time.UTC).Day() != day {
+		return time.Time{}, false
+	}
+	ns := 0
+	if frac := v[19 : len(v)-1]; len(frac) > 0 {
+		if len(frac) < 2 || len(frac) > 10 || frac[0] != '.' {
+			return time.Time{}, false
+		}
+		n, ok := num(frac[1:])
+		if !ok {
+			return time.Time{}, false
+		}
+		for range 10 - len(frac) {
+			n *= 10
+		}
+		ns = n
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, ns, time.UTC), true
+}
+
+func (s *planScan) peek() byte {
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+func (s *planScan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// byte consumes c or fails the scan.
+func (s *planScan) byte(c byte) bool {
+	if s.ok && s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	s.ok = false
+	return false
+}
+
+// rawString reads a string without escapes or control characters and
+// returns its bytes; an escape fails it (the caller declines the line).
+func (s *planScan) rawString() ([]byte, bool) {
+	if !s.byte('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return s.b[start : s.i-1], true
+		case c == '\\' || c < 0x20:
+			s.ok = false
+			return nil, false
+		}
+		s.i++
+	}
+	s.ok = false
+	return nil, false
+}
+
+// key reads an object key: ASCII without escapes, else it fails (the
+// caller declines: encoding/json folds non-ASCII keys its own way).
+func (s *planScan) key() ([]byte, bool) {
+	v, ok := s.rawString()
+	if !ok {
+		return nil, false
+	}
+	for _, c := range v {
+		if c >= utf8.RuneSelf {
+			s.ok = false
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// skipString checks and skips a JSON string, escapes included.
+func (s *planScan) skipString() bool {
+	if !s.byte('"') {
+		return false
+	}
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		switch {
+		case c == '"':
+			s.i++
+			return true
+		case c < 0x20:
+			s.ok = false
+			return false
+		case c == '\\':
+			s.i++
+			if s.i >= len(s.b) {
+				s.ok = false
+				return false
+			}
+			switch s.b[s.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if s.i+4 >= len(s.b) {
+					s.ok = false
+					return false
+				}
+				for _, h := range s.b[s.i+1 : s.i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						s.ok = false
+						return false
+					}
+				}
+				s.i += 4
+			default:
+				s.ok = false
+				return false
+			}
+		}
+		s.i++
+	}
+	s.ok = false
+	return false
+}
+
+// stringArray reads an array of strings (fn, when set, gets each one's
+// bytes, which must have no escapes).
+func (s *planScan) stringArray(fn func([]byte) bool) bool {
+	if !s.byte('[') {
+		return false
+	}
+	s.ws()
+	if s.peek() == ']' {
+		s.i++
+		return true
+	}
+	for {
+		s.ws()
+		if fn == nil {
+			if !s.skipString() {
+				return false
+			}
+		} else {
+			v, ok := s.rawString()
+			if !ok || !fn(v) {
+				s.ok = false
+				return false
+			}
+		}
+		s.ws()
+		if s.peek() == ',' {
+			s.i++
+			continue
+		}
+		return s.byte(']')
+	}
+}
+
+func (s *planScan) boolean() (bool, bool) {
+	switch {
+	case len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "true":
+		s.i += 4
+		return true, true
+	case len(s.b)-s.i >= 5 && string(s.b[s.i:s.i+5]) == "false":
+		s.i += 5
+		return false, true
+	}
+	s.ok = false
+	return false, false
+}
+
+// integer reads an integer as encoding/json reads one into an int: no
+// fraction or exponent; up to 18 digits here (longer: declined).
+func (s *planScan) integer() (int, bool) {
+	neg := false
+	if s.peek() == '-' {
+		neg = true
+		s.i++
+	}
+	start := s.i
+	n := 0
+	for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+		n = n*10 + int(s.b[s.i]-'0')
+		s.i++
+	}
+	digits := s.i - start
+	if digits == 0 || digits > 18 || digits > 1 && s.b[start] == '0' {
+		s.ok = false
+		return 0, false
+	}
+	if c := s.peek(); c == '.' || c == 'e' || c == 'E' {
+		s.ok = false
+		return 0, false
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+// skipValue checks and skips any JSON value (depth bounded: a line
+// nested past 1000 levels is declined; encoding/json allows 10000).
+func (s *planScan) skipValue(depth int) bool {
+	if depth > 1000 {
+		s.ok = false
+		return false
+	}
+	switch c := s.peek(); {
+	case c == '"':
+		return s.skipString()
+	case c == '{':
+		s.i++
+		s.ws()
+		if s.peek() == '}' {
+			s.i++
+			return true
+		}
+		for {
+			s.ws()
+			if !s.skipString() {
+				return false
+			}
+			s.ws()
+			if !s.byte(':') {
+				return false
+			}
+			s.ws()
+			if !s.skipValue(depth + 1) {
+				return false
+			}
+			s.ws()
+			if s.peek() == ',' {
+				s.i++
+				continue
+			}
+			return s.byte('}')
+		}
+	case c == '[':
+		s.i++
+		s.ws()
+		if s.peek() == ']' {
+			s.i++
+			return true
+		}
+		for {
+			s.ws()
+			if !s.skipValue(depth + 1) {
+				return false
+			}
+			s.ws()
+			if s.peek() == ',' {
+				s.i++
+				continue
+			}
+			return s.byte(']')
+		}
+	case c == 't' || c == 'f':
+		_, ok := s.boolean()
+		return ok
+	case c == 'n':
+		if len(s.b)-s.i >= 4 && string(s.b[s.i:s.i+4]) == "null" {
+			s.i += 4
+			return true
+		}
+	case c == '-' || '0' <= c && c <= '9':
+		return s.number()
+	}
+	s.ok = false
+	return false
+}
+
+// number checks and skips a JSON number.
+func (s *planScan) number() bool {
+	if s.peek() == '-' {
+		s.i++
+	}
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+			s.i++
+			n++
+		}
+		return n
+	}
+	start := s.i
+	n := digits()
+	if n == 0 || n > 1 && s.b[start] == '0' {
+		s.ok = false
+		return false
+	}
+	if s.peek() == '.' {
+		s.i++
+		if digits() == 0 {
+			s.ok = false
+			return false
+		}
+	}
+	if c := s.peek(); c == 'e' || c == 'E' {
+		s.i++
+		if c := s.peek(); c == '+' || c == '-' {
+			s.i++
+		}
+		if digits() == 0 {
+			s.ok = false
+			return false
+		}
+	}
+	return true
+}

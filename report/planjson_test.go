@@ -1,0 +1,158 @@
+package report
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/pqwatch/pqwatch/record"
+)
+
+// planView is what the plan reads of a record (Add, the forecast, the
+// costs, the policy check and its listed violations).
+type planView struct {
+	TS, Loc                                string
+	Client, Server, SNI                    string
+	OfferedGroups                          []string
+	OfferedIDs                             []uint16
+	KeyShares                              []record.KeyShare
+	KeyShareIDs                            []uint16
+	PQOffered, PQ, HRR                     bool
+	Version, Group, HRRGroup, GroupMissing string
+	Outcome, Alert, JA4, Node, ID          string
+	HasID                                  bool
+	CHBytes, SHBytes, WireSegs             int
+	Log                                    bool
+	UserAgent                              string
+}
+
+func viewOf(r *record.Handshake) planView {
+	v := planView{
+		TS: r.TS.Format("2006-01-02T15:04:05.999999999Z07:00") + "|" + r.TS.GoString(), Loc: r.TS.Location().String(),
+		Client: r.ClientText(), Server: r.Server, SNI: r.SNI,
+		PQOffered: r.PQOffered, PQ: r.PQ, HRR: r.HRR,
+		Version: r.Version, Group: r.Group, HRRGroup: r.HRRGroup, GroupMissing: r.GroupMissing,
+		Outcome: r.Outcome, Alert: r.Alert, JA4: r.JA4, Node: r.Node, ID: r.RecordID(), HasID: r.HasID(),
+		CHBytes: r.ClientHelloBytes, SHBytes: r.ServerHelloBytes, WireSegs: r.ClientHelloWireSegments,
+		Log: r.Log != nil,
+	}
+	// Lengths and contents: the plan reads no capacity and no nil-ness.
+	v.OfferedGroups = append([]string{}, r.OfferedGroups...)
+	v.OfferedIDs = append([]uint16{}, r.OfferedIDs...)
+	v.KeyShares = append([]record.KeyShare{}, r.KeyShares...)
+	v.KeyShareIDs = append([]uint16{}, r.KeyShareIDs...)
+	if r.Log != nil {
+		v.UserAgent = r.Log.UserAgent
+	}
+	return v
+}
+
+// referenceDecode is the plan's reference: encoding/json, then FillIDs.
+func referenceDecode(line []byte) (record.Handshake, error) {
+	var h record.Handshake
+	err := json.Unmarshal(line, &h)
+	FillIDs(&h)
+	return h, err
+}
+
+// checkDecode: when the fast decoder reads line, the reference reads it
+// without error and the plan's view of both is the same.
+func checkDecode(t *testing.T, d *PlanDecoder, line []byte) bool {
+	t.Helper()
+	var got record.Handshake
+	if !d.Decode(line, &got) {
+		return false
+	}
+	want, err := referenceDecode(line)
+	if err != nil {
+		t.Fatalf("fast decoder reads a line encoding/json refuses (%v): %q", err, line)
+	}
+	if g, w := viewOf(&got), viewOf(&want); !reflect.DeepEqual(g, w) {
+		t.Fatalf("line %q\nfast      %+v\nreference %+v", line, g, w)
+	}
+	return true
+}
+
+// planGoldenLines are the record lines of the plan's and analyze's golden
+// inputs and outputs.
+func planGoldenLines(t testing.TB) [][]byte {
+	var out [][]byte
+	for _, pat := range []string{"plan/*.jsonl", "plan/recapture/*.jsonl", "golden/*jsonl*.golden"} {
+		files, _ := filepath.Glob(filepath.Join("..", "cmd", "pqwatch", "testdata", pat))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "{") {
+					out = append(out, []byte(l))
+				}
+			}
+		}
+	}
+	if len(out) < 50 {
+		t.Fatalf("only %d golden lines", len(out))
+	}
+	return out
+}
+
+// Every record of the golden inputs is read by the fast decoder (none
+// declined) exactly as encoding/json reads it, twice (the second time
+// from its tables).
+func TestPlanDecoderGolden(t *testing.T) {
+	d := NewPlanDecoder()
+	d.Client = true
+	lines := planGoldenLines(t)
+	for range 2 {
+		for _, l := range lines {
+			if !checkDecode(t, d, l) {
+				t.Errorf("declined a golden line: %s", l)
+			}
+		}
+	}
+	t.Logf("%d lines", len(lines))
+}
+
+var planDecoderEdges = []string{
+	`{}`, `null`, `[]`, `{"outcome":"ok"}`, `{"outcome":null}`, `{"Outcome":"ok"}`, `{"outcome":"ok","outcome":"reset"}`,
+	`{"outcome":"o\u006b"}`, `{"outcome":"ok","transport":5}`, `{"outcome":"ok","handshake_rtt_us":1.5}`,
+	`{"outcome":"ok","client_hello_bytes":-0}`, `{"outcome":"ok","client_hello_bytes":1e3}`, `{"outcome":"ok","client_hello_bytes":99999999999999999999}`,
+	`{"outcome":"ok","ts":"2026-02-30T00:00:00Z"}`, `{"outcome":"ok","ts":"2026-02-28T23:59:60Z"}`, `{"outcome":"ok","ts":"2026-01-01T00:00:00+01:00"}`,
+	`{"outcome":"ok","ts":"2026-01-01T00:00:00.1Z"}`, `{"outcome":"ok","ts":"2026-01-01T00:00:00.Z"}`, `{"outcome":"ok","ts":"2026-01-01t00:00:00Z"}`,
+	`{"outcome":"ok","log":{}}`, `{"outcome":"ok","log":null}`, `{"outcome":"ok","log":{"user_agent":"curl/8","User_agent":"x"}}`,
+	`{"outcome":"ok","log":{"status":"200"}}`, `{"outcome":"ok","generation":{"master_pid":"1"}}`, `{"outcome":"ok","generation":{"x":[1,{"y":null}]}}`,
+	`{"outcome":"ok","key_shares":[{"group":"x25519","bytes":32},{"bytes":1}]}`, `{"outcome":"ok","key_shares":[null]}`, `{"outcome":"ok","key_shares":[]}`,
+	`{"outcome":"ok","offered_groups":[]}`, `{"outcome":"ok","offered_groups":["nope","x25519","0x11ec"]}`, `{"outcome":"ok","offered_groups":["a\"b"]}`,
+	`{"outcome":"ok","alpn":["h2",1]}`, `{"outcome":"ok","id":"abc-000000000000002a"}`, `{"outcome":"ok","id":"abc-000000000000002A"}`,
+	`{"outcome":"ok","id":"-0000000000000000"}`, `{"outcome":"ok","id":""}`, `{"outcome":"ok","sni":"caf\xc3\xa9"}`, `{"outcome":"ok","sni":"caf\xff"}`,
+	`{"outcome":"ok","pq":tru}`, `{"outcome":"ok"} x`, `{"outcome":"ok",}`, `{"outcome":"ok","x":"\q"}`, `{"outcome":"ok","ſerver":"a"}`,
+}
+
+func TestPlanDecoderEdges(t *testing.T) {
+	d := NewPlanDecoder()
+	d.Client = true
+	for _, l := range planDecoderEdges {
+		checkDecode(t, d, []byte(l))
+	}
+}
+
+// FuzzPlanDecoder: on any line the fast decoder reads, encoding/json reads
+// the same values (see checkDecode).
+func FuzzPlanDecoder(f *testing.F) {
+	for _, l := range planGoldenLines(f) {
+		f.Add(l)
+	}
+	for _, l := range planDecoderEdges {
+		f.Add([]byte(l))
+	}
+	f.Fuzz(func(t *testing.T, line []byte) {
+		d := NewPlanDecoder()
+		d.Client = true
+		checkDecode(t, d, line)
+		checkDecode(t, d, line) // from the tables
+	})
+}
