@@ -23,9 +23,11 @@ const (
 	PlanNoSNI = "(no sni)"
 	// PlanOther collects the rows past a table's cap.
 	PlanOther = "other"
-	// MaxPlanIDs bounds the ids kept to drop duplicates (a 64-bit hash of
-	// each, some 40 bytes with the map's overhead: about 400 MB at the
-	// cap): past it, records are not checked (counted in IDsUnchecked).
+	// MaxPlanIDs bounds the ids kept by hash to drop duplicates (ids not
+	// of the agent's form, prefixes past MaxPlanIDWindows, rollup rows'
+	// keys): a 64-bit hash of each, some 40 bytes with the map's
+	// overhead, about 400 MB at the cap; past it, records are not checked
+	// (counted in IDsUnchecked). The agent's ids go to windows (planids.go).
 	MaxPlanIDs = 10_000_000
 	// MaxPlanRows bounds each of the node, server and SNI tables: past it
 	// a new name is counted under PlanOther (and in RowsOverflow).
@@ -151,6 +153,13 @@ type Plan struct {
 	Read         int `json:"records_read"`
 	Duplicates   int `json:"duplicates_dropped"`
 	IDsUnchecked int `json:"ids_unchecked,omitempty"`
+	// IDsOutsideWindow counts records whose id's sequence number was
+	// PlanIDWindow or more below the highest of its prefix (and stream),
+	// or below numbers the window forgot: kept, not checked.
+	IDsOutsideWindow int `json:"ids_outside_window,omitempty"`
+	// Stream is the stream the next records come from (the caller's: a
+	// Kafka partition + 1; 0 for files): each has its own id windows.
+	Stream       int `json:"-"`
 	NoNode       int `json:"records_without_node"`
 	RowsOverflow int `json:"rows_overflow,omitempty"`
 	// Malformed counts input lines that were not a record (the caller's).
@@ -178,6 +187,9 @@ type Plan struct {
 
 	policy   forecast.Policy
 	ids      map[uint64]struct{} // maphash of each id seen
+	windows  map[idStream]*seqWindow
+	lastKey  idStream
+	lastWin  *seqWindow
 	seed     maphash.Seed
 	snis     map[string]*PlanFigures
 	families map[tailKey]*tailAcc
@@ -188,7 +200,7 @@ func NewPlan(p forecast.Policy, costs []PlanCosts) *Plan {
 	pl := &Plan{
 		Policy: p.String(), policy: p, Costs: costs,
 		Nodes: map[string]*PlanFigures{}, Servers: map[string]*PlanFigures{},
-		ids: map[uint64]struct{}{}, seed: maphash.MakeSeed(), snis: map[string]*PlanFigures{}, families: map[tailKey]*tailAcc{},
+		ids: map[uint64]struct{}{}, windows: map[idStream]*seqWindow{}, seed: maphash.MakeSeed(), snis: map[string]*PlanFigures{}, families: map[tailKey]*tailAcc{},
 	}
 	pl.PlanFigures = pl.newFigures()
 	return pl
@@ -280,20 +292,9 @@ func FillIDs(r *record.Handshake) {
 // node, server and SNI rows.
 func (pl *Plan) Add(r *record.Handshake) {
 	pl.Read++
-	if r.HasID() {
-		// A hash, not the string: a quarter of the memory; two ids of
-		// 10 million collide with a chance of about 3e-6.
-		var b [64]byte
-		h := maphash.Bytes(pl.seed, r.AppendID(b[:0]))
-		if _, dup := pl.ids[h]; dup {
-			pl.Duplicates++
-			return
-		}
-		if len(pl.ids) < MaxPlanIDs {
-			pl.ids[h] = struct{}{}
-		} else {
-			pl.IDsUnchecked++
-		}
+	if r.HasID() && pl.seenID(r) {
+		pl.Duplicates++
+		return
 	}
 	if !r.TS.IsZero() {
 		if pl.WindowStart.IsZero() || r.TS.Before(pl.WindowStart) {
@@ -619,6 +620,9 @@ func (pl *Plan) WriteText(w io.Writer) error {
 	}
 	if pl.IDsUnchecked > 0 {
 		fmt.Fprintf(&b, "  %d records past the id cap were not checked for duplicates\n", pl.IDsUnchecked)
+	}
+	if pl.IDsOutsideWindow > 0 {
+		fmt.Fprintf(&b, "  %d records were not checked for duplicates: their id's sequence number was more than %d behind its agent's latest (or below what its window forgot)\n", pl.IDsOutsideWindow, PlanIDWindow)
 	}
 	if st := pl.Rollups; st != nil {
 		fmt.Fprintf(&b, "rollup rows %d read, %d duplicates dropped (by node, server and window), %d handshakes without a node (as %q); %d handshakes with a folded offer (forecast unknown)", st.Rows, st.Duplicates, pl.NoNode, PlanNoNode, st.OtherOffer)

@@ -47,15 +47,9 @@ func (pl *Plan) AddRollup(row *RollupRow) {
 	h.WriteByte(0)
 	h.WriteString(row.Start.UTC().Format(record.TimeFormat))
 	h.WriteString(row.End.UTC().Format(record.TimeFormat))
-	key := h.Sum64()
-	if _, dup := pl.ids[key]; dup {
+	if pl.seenKey(h.Sum64()) {
 		st.Duplicates++
 		return
-	}
-	if len(pl.ids) < MaxPlanIDs {
-		pl.ids[key] = struct{}{}
-	} else {
-		pl.IDsUnchecked++
 	}
 	if !row.Start.IsZero() && (pl.WindowStart.IsZero() || row.Start.Before(pl.WindowStart)) {
 		pl.WindowStart = row.Start

@@ -107,7 +107,7 @@ func cmdInventory(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if pk.enabled() {
 		sources++
 		if ctx.Err() == nil {
-			if err := readFeed(ctx, "inventory", feed, add, stderr); err != nil {
+			if err := readFeed(ctx, "inventory", feed, func(_ int, v []byte) { add(v) }, stderr); err != nil {
 				fmt.Fprintln(stderr, "pqwatch inventory:", err)
 				failed++
 			}

@@ -190,6 +190,11 @@ func readJSONLines(path string, stdin io.Reader, fn func(line []byte)) error {
 	return scanJSONLines(r, fn)
 }
 
+// readPlanInput adds every line of r to plan (scanJSONLines).
+func readPlanInput(r io.Reader, plan *report.Plan, kinds *planKinds) error {
+	return scanJSONLines(r, func(line []byte) { kinds.add(plan, line) })
+}
+
 // scanJSONLines is readJSONLines over an open reader.
 func scanJSONLines(r io.Reader, fn func(line []byte)) error {
 	br := bufio.NewReaderSize(r, 64<<10)
