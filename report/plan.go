@@ -34,6 +34,8 @@ const (
 	MaxPlanRows = 10_000
 	// PlanTopSNIs is how many SNIs the report lists.
 	PlanTopSNIs = 10
+	// planMaxCached bounds the plan's caches of strings it builds.
+	planMaxCached = 4096
 	// secondsPerDay turns per-second figures into per-day ones.
 	secondsPerDay = 86400
 )
@@ -193,6 +195,10 @@ type Plan struct {
 	seed     maphash.Seed
 	snis     map[string]*PlanFigures
 	families map[tailKey]*tailAcc
+
+	failures    map[[2]string]string
+	uaFamilies  map[string]string
+	familyCache map[familyKey]string
 }
 
 // NewPlan returns an empty plan for policy p and costs (nil: no cost half).
@@ -201,6 +207,7 @@ func NewPlan(p forecast.Policy, costs []PlanCosts) *Plan {
 		Policy: p.String(), policy: p, Costs: costs,
 		Nodes: map[string]*PlanFigures{}, Servers: map[string]*PlanFigures{},
 		ids: map[uint64]struct{}{}, windows: map[idStream]*seqWindow{}, seed: maphash.MakeSeed(), snis: map[string]*PlanFigures{}, families: map[tailKey]*tailAcc{},
+		failures: map[[2]string]string{}, uaFamilies: map[string]string{}, familyCache: map[familyKey]string{},
 	}
 	pl.PlanFigures = pl.newFigures()
 	return pl
@@ -323,12 +330,67 @@ func (pl *Plan) Add(r *record.Handshake) {
 		cost = planRecordCost(pl.table(r.Server), r, o)
 	}
 	w := recordWeight(r, o)
+	fail := pl.failure(r)
 	for _, f := range scopes {
-		f.add(r, o, cost, w)
+		f.add(r, o, cost, w, fail)
 	}
 	if stayClassical(o) {
-		count(pl.families, tailKey{key: Family(r)}, classicalReason(&pl.policy, r, o), 1, &pl.FamiliesOverflow)
+		count(pl.families, tailKey{key: pl.family(r)}, classicalReason(&pl.policy, r, o), 1, &pl.FamiliesOverflow)
 	}
+}
+
+// failure is the failures key of r (failed: its outcome, or "alert:" and
+// the description), from a small cache.
+func (pl *Plan) failure(r *record.Handshake) string {
+	if r.Outcome == record.OutcomeOK {
+		return ""
+	}
+	if r.Alert == "" {
+		return r.Outcome
+	}
+	k := [2]string{r.Outcome, r.Alert}
+	if s, ok := pl.failures[k]; ok {
+		return s
+	}
+	s := r.Outcome + ":" + r.Alert
+	if len(pl.failures) < planMaxCached {
+		pl.failures[k] = s
+	}
+	return s
+}
+
+// familyKey is what Family reads of a record whose family is by JA4: its
+// JA4 and its offered_groups array (shared by the records a PlanDecoder
+// read from the same text).
+type familyKey struct {
+	ja4    string
+	groups *string
+	n      int
+}
+
+// family is Family(r), from a small cache.
+func (pl *Plan) family(r *record.Handshake) string {
+	if r.Log != nil && r.Log.UserAgent != "" {
+		f := UAFamily(r.Log.UserAgent)
+		s, ok := pl.uaFamilies[f]
+		if !ok {
+			s = "ua " + f
+			pl.uaFamilies[f] = s // UAFamilies: a handful
+		}
+		return s
+	}
+	if len(r.OfferedGroups) == 0 {
+		return Family(r)
+	}
+	k := familyKey{r.JA4, &r.OfferedGroups[0], len(r.OfferedGroups)}
+	if s, ok := pl.familyCache[k]; ok {
+		return s
+	}
+	s := Family(r)
+	if len(pl.familyCache) < planMaxCached {
+		pl.familyCache[k] = s
+	}
+	return s
 }
 
 // stayClassical reports whether o ends in a classical group for a record
@@ -408,8 +470,9 @@ func planRecordCost(t *CostTable, r *record.Handshake, o forecast.Outcome) recor
 	return c
 }
 
-// add counts w.N handshakes like r, each predicted as o and costing c.
-func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost, w weight) {
+// add counts w.N handshakes like r, each predicted as o and costing c;
+// fail is its failures key (Plan.failure).
+func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost, w weight, fail string) {
 	n := w.N
 	f.Handshakes += n
 	if r.HRR {
@@ -422,11 +485,7 @@ func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost,
 		}
 	} else {
 		f.Failed += n
-		reason := r.Outcome
-		if r.Alert != "" {
-			reason += ":" + r.Alert
-		}
-		f.Failures[reason] += n
+		f.Failures[fail] += n
 	}
 	f.Forecast.add(r, o, w)
 	pq := tlsparse.Group(o.Group).IsPQ() && (o.Kind == forecast.PQ || o.Kind == forecast.HRR)

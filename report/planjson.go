@@ -34,6 +34,7 @@ type PlanDecoder struct {
 	groups map[string]planGroups
 	shares map[string]planShares
 	log    record.Log
+	last   [pfSkipString]string // each field's last string
 }
 
 // Bounds of a PlanDecoder's tables: past them a value is decoded afresh.
@@ -104,6 +105,67 @@ var planFields = map[string]planField{
 	"log": pfLog, "generation": pfSkipGeneration, "node": pfNode, "id": pfID,
 }
 
+// planFieldOf is planFields[key], by a switch (no hashing).
+func planFieldOf(key []byte) planField {
+	switch string(key) {
+	case "ts":
+		return pfTS
+	case "transport", "frontend", "cipher":
+		return pfSkipString
+	case "client":
+		return pfClient
+	case "server":
+		return pfServer
+	case "sni":
+		return pfSNI
+	case "alpn":
+		return pfSkipStrings
+	case "offered_groups":
+		return pfOffered
+	case "key_shares":
+		return pfShares
+	case "pq_offered":
+		return pfPQOffered
+	case "version":
+		return pfVersion
+	case "group":
+		return pfGroup
+	case "pq":
+		return pfPQ
+	case "hrr":
+		return pfHRR
+	case "hrr_group":
+		return pfHRRGroup
+	case "client_hello_bytes":
+		return pfCHBytes
+	case "server_hello_bytes":
+		return pfSHBytes
+	case "client_hello_segments", "handshake_rtt_us":
+		return pfSkipInt
+	case "client_hello_wire_segments":
+		return pfWireSegs
+	case "group_missing":
+		return pfGroupMissing
+	case "resumed":
+		return pfSkipBool
+	case "outcome":
+		return pfOutcome
+	case "alert":
+		return pfAlert
+	case "ja4":
+		return pfJA4
+	case "log":
+		return pfLog
+	case "generation":
+		return pfSkipGeneration
+	case "node":
+		return pfNode
+	case "id":
+		return pfID
+	}
+	return pfNone
+}
+
 // The nested objects' fields: 's' a string, 'i' an int; user_agent is
 // the one the plan reads.
 var (
@@ -111,6 +173,37 @@ var (
 	planGenFields = map[string]byte{"id": 's', "master_pid": 'i', "worker_pid": 'i', "exe": 's', "exe_sha256": 's', "openssl": 's'}
 	planKSFields  = map[string]byte{"group": 's', "bytes": 'i'}
 )
+
+// planNestedOf is fields[key] (0: none) for the maps above, by a switch
+// (no hashing).
+func planNestedOf(key []byte, fields map[string]byte) byte {
+	switch len(fields) {
+	case len(planKSFields):
+		switch string(key) {
+		case "group":
+			return 's'
+		case "bytes":
+			return 'i'
+		}
+	case len(planLogFields):
+		switch string(key) {
+		case "source", "method", "host", "path", "ssl_curve":
+			return 's'
+		case "status", "pid":
+			return 'i'
+		case "user_agent":
+			return 'u'
+		}
+	case len(planGenFields):
+		switch string(key) {
+		case "id", "exe", "exe_sha256", "openssl":
+			return 's'
+		case "master_pid", "worker_pid":
+			return 'i'
+		}
+	}
+	return 0
+}
 
 // planScan is one line's scan: buf from i.
 type planScan struct {
@@ -139,7 +232,7 @@ func (d *PlanDecoder) Decode(line []byte, r *record.Handshake) bool {
 			if !ok {
 				return false
 			}
-			f := planFields[string(key)]
+			f := planFieldOf(key)
 			if f == pfNone {
 				if planFoldMatch(key, planFields) {
 					return false // encoding/json matches it regardless of case
@@ -202,9 +295,16 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 		}
 		return planSetID(r, v, d)
 	case pfServer, pfSNI, pfVersion, pfGroup, pfHRRGroup, pfGroupMissing, pfOutcome, pfAlert, pfJA4, pfNode:
-		v, ok := d.str(s)
+		raw, ok := s.rawString()
 		if !ok {
 			return false
+		}
+		v := d.last[f]
+		if string(raw) != v {
+			if v, ok = d.intern(raw); !ok {
+				return false
+			}
+			d.last[f] = v
 		}
 		switch f {
 		case pfServer:
@@ -286,8 +386,8 @@ func (d *PlanDecoder) object(s *planScan, fields map[string]byte, ua *string) bo
 		if !ok {
 			return false
 		}
-		kind, known := fields[string(key)]
-		if !known && planFoldMatchByte(key, fields) {
+		kind := planNestedOf(key, fields)
+		if kind == 0 && planFoldMatchByte(key, fields) {
 			return false
 		}
 		s.ws()

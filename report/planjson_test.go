@@ -156,3 +156,25 @@ func FuzzPlanDecoder(f *testing.F) {
 		checkDecode(t, d, line) // from the tables
 	})
 }
+
+// The switches say what the maps say.
+func TestPlanFieldSwitches(t *testing.T) {
+	for k, f := range planFields {
+		if got := planFieldOf([]byte(k)); got != f {
+			t.Errorf("%s: %d, want %d", k, got, f)
+		}
+	}
+	for _, m := range []map[string]byte{planLogFields, planGenFields, planKSFields} {
+		for k, f := range m {
+			if got := planNestedOf([]byte(k), m); got != f {
+				t.Errorf("%s: %c, want %c", k, got, f)
+			}
+		}
+		if planNestedOf([]byte("nope"), m) != 0 {
+			t.Error("nope")
+		}
+	}
+	if len(planLogFields) == len(planGenFields) || len(planLogFields) == len(planKSFields) || len(planGenFields) == len(planKSFields) {
+		t.Error("planNestedOf tells the maps apart by their sizes")
+	}
+}

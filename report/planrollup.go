@@ -91,8 +91,9 @@ func (pl *Plan) AddRollup(row *RollupRow) {
 		if len(pl.Costs) > 0 {
 			cost = planRecordCost(pl.table(row.Server), &r, o)
 		}
+		fail := pl.failure(&r)
 		for _, f := range scopes {
-			f.add(&r, o, cost, w)
+			f.add(&r, o, cost, w, fail)
 		}
 		if stayClassical(o) {
 			count(pl.families, tailKey{key: w.TailKey}, classicalReason(&pl.policy, &r, o), w.N, &pl.FamiliesOverflow)
