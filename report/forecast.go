@@ -127,12 +127,23 @@ type tailKey struct {
 
 type tailAcc struct {
 	n       int
-	reasons map[string]int
+	reasons []reasonCount // a handful: the Reason constants
+}
+
+type reasonCount struct {
+	reason string
+	n      int
 }
 
 func (t *tailAcc) add(reason string, n int) {
 	t.n += n
-	t.reasons[reason] += n
+	for i := range t.reasons {
+		if t.reasons[i].reason == reason {
+			t.reasons[i].n += n
+			return
+		}
+	}
+	t.reasons = append(t.reasons, reasonCount{reason, n})
 }
 
 // addGroup counts n predictions of group id under its name.
@@ -182,7 +193,7 @@ func count(m map[tailKey]*tailAcc, k tailKey, reason string, n int, evicted *int
 			acc = m[k]
 		}
 		if acc == nil {
-			acc = &tailAcc{reasons: map[string]int{}}
+			acc = &tailAcc{}
 			m[k] = acc
 		}
 	}
@@ -367,7 +378,8 @@ func tailRows(m map[tailKey]*tailAcc) []tailRow {
 	rows := make([]tailRow, 0, len(m))
 	for k, a := range m {
 		reason, best := "", -1
-		for r, n := range a.reasons {
+		for _, rc := range a.reasons {
+			r, n := rc.reason, rc.n
 			if n > best || n == best && r < reason {
 				reason, best = r, n
 			}

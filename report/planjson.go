@@ -1,6 +1,8 @@
 package report
 
 import (
+	"bytes"
+	"encoding/binary"
 	"time"
 	"unicode/utf8"
 
@@ -725,21 +727,35 @@ func (s *planScan) rawString() ([]byte, bool) {
 	if !s.byte('"') {
 		return nil, false
 	}
-	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			s.i++
-			return s.b[start : s.i-1], true
-		case c == '\\' || c < 0x20:
-			s.ok = false
-			return nil, false
-		}
-		s.i++
+	n := bytes.IndexByte(s.b[s.i:], '"')
+	if n < 0 || !planPlain(s.b[s.i:s.i+n]) {
+		s.ok = false
+		return nil, false
 	}
-	s.ok = false
-	return nil, false
+	v := s.b[s.i : s.i+n]
+	s.i += n + 1
+	return v, true
+}
+
+// planPlain reports whether b has no '\\' and no control character, 8
+// bytes at a time.
+func planPlain(b []byte) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	for len(b) >= 8 {
+		x := binary.LittleEndian.Uint64(b)
+		y := x ^ (lo * '\\')
+		// a zero byte of y ('\\'), or a byte of x below 0x20
+		if ((y-lo)&^y|(x-lo*0x20)&^x)&hi != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c == '\\' || c < 0x20 {
+			return false
+		}
+	}
+	return true
 }
 
 // key reads an object key: ASCII without escapes, else it fails (the
@@ -748,6 +764,9 @@ func (s *planScan) key() ([]byte, bool) {
 	v, ok := s.rawString()
 	if !ok {
 		return nil, false
+	}
+	if planFieldOf(v) != pfNone {
+		return v, true // a field's name: ASCII
 	}
 	for _, c := range v {
 		if c >= utf8.RuneSelf {
@@ -762,6 +781,10 @@ func (s *planScan) key() ([]byte, bool) {
 func (s *planScan) skipString() bool {
 	if !s.byte('"') {
 		return false
+	}
+	if n := bytes.IndexByte(s.b[s.i:], '"'); n >= 0 && planPlain(s.b[s.i:s.i+n]) {
+		s.i += n + 1
+		return true
 	}
 	for s.i < len(s.b) {
 		c := s.b[s.i]

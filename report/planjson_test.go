@@ -178,3 +178,26 @@ func TestPlanFieldSwitches(t *testing.T) {
 		t.Error("planNestedOf tells the maps apart by their sizes")
 	}
 }
+
+func TestPlanPlain(t *testing.T) {
+	naive := func(b []byte) bool {
+		for _, c := range b {
+			if c == '\\' || c < 0x20 {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range 200000 {
+		b := make([]byte, i%23)
+		for j := range b {
+			b[j] = byte(0x20 + (i*7+j*13)%0xe0)
+		}
+		if len(b) > 0 && i%3 == 0 {
+			b[i%len(b)] = byte(i / 3 % 256)
+		}
+		if planPlain(b) != naive(b) {
+			t.Fatalf("%q: %v", b, planPlain(b))
+		}
+	}
+}

@@ -204,7 +204,23 @@ func scanJSONLines(r io.Reader, fn func(line []byte)) error {
 			return err
 		}
 		defer gz.Close()
-		r = gz
+		// Decompressed on a goroutine of its own, beside the parsing.
+		pr, pw := io.Pipe()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			bw := bufio.NewWriterSize(pw, 256<<10)
+			_, err := io.Copy(bw, gz)
+			if err == nil {
+				err = bw.Flush()
+			}
+			pw.CloseWithError(err)
+		}()
+		defer func() {
+			pr.CloseWithError(errors.New("plan: input abandoned")) // the copy stops
+			<-done
+		}()
+		r = pr
 	} else {
 		r = br
 	}

@@ -122,6 +122,29 @@ func (g *recordGen) line(dst []byte, j int) []byte {
 	return append(dst, "}\n"...)
 }
 
+// appendGenTS appends base + j x 100 us as record.TimeFormat writes it,
+// by hand within base's day (AppendFormat past it).
+func appendGenTS(dst []byte, base time.Time, j int) []byte {
+	us := int64(j) * 100
+	if us >= 86400e6 || base.Hour()+base.Minute()+base.Second()+base.Nanosecond() != 0 {
+		return base.Add(time.Duration(us) * time.Microsecond).AppendFormat(dst, record.TimeFormat)
+	}
+	dst = base.AppendFormat(dst, "2006-01-02T")
+	sec := us / 1e6
+	two := func(v int64) { dst = append(dst, byte('0'+v/10), byte('0'+v%10)) }
+	two(sec / 3600)
+	dst = append(dst, ':')
+	two(sec / 60 % 60)
+	dst = append(dst, ':')
+	two(sec % 60)
+	ns := us % 1e6 * 1000
+	dst = append(dst, '.')
+	for d := int64(1e8); d > 0; d /= 10 {
+		dst = append(dst, byte('0'+ns/d%10))
+	}
+	return append(dst, 'Z')
+}
+
 func (g *recordGen) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
@@ -154,6 +177,12 @@ func (g *recordGen) Read(p []byte) (int, error) {
 // The generator's lines are records the reference decoder reads, its ids
 // of the agent's form.
 func TestPlanRecordGen(t *testing.T) {
+	base := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for _, j := range []int{0, 1, 12345, 9_999_999, 863_999_999, 864_000_000} {
+		if got, want := string(appendGenTS(nil, base, j)), base.Add(time.Duration(j)*100*time.Microsecond).Format(record.TimeFormat); got != want {
+			t.Errorf("ts %d: %s, want %s", j, got, want)
+		}
+	}
 	g := newRecordGen(t, 2000, 7)
 	g.dupEvery, g.dupLag = 100, 50
 	sc := bufio.NewScanner(g)
