@@ -127,7 +127,7 @@ func (g *recordGen) line(dst []byte, j int) []byte {
 func appendGenTS(dst []byte, base time.Time, j int) []byte {
 	us := int64(j) * 100
 	if us >= 86400e6 || base.Hour()+base.Minute()+base.Second()+base.Nanosecond() != 0 {
-		return base.Add(time.Duration(us) * time.Microsecond).AppendFormat(dst, record.TimeFormat)
+		return base.Add(time.Duration(us)*time.Microsecond).AppendFormat(dst, record.TimeFormat)
 	}
 	dst = base.AppendFormat(dst, "2006-01-02T")
 	sec := us / 1e6
