@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -12,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
 
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/report"
@@ -204,7 +205,9 @@ func scanJSONLines(r io.Reader, fn func(line []byte)) error {
 			return err
 		}
 		defer gz.Close()
-		// Decompressed on a goroutine of its own, beside the parsing.
+		// Decompressed on a goroutine of its own, beside the parsing;
+		// klauspost/compress's gzip: 1.5 to 2 times compress/gzip's rate
+		// (BenchmarkPlanGunzip).
 		pr, pw := io.Pipe()
 		done := make(chan struct{})
 		go func() {

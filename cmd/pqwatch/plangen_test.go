@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"os"
@@ -200,4 +201,37 @@ func TestPlanRecordGen(t *testing.T) {
 		t.Errorf("%d lines, %d duplicates", n, g.dups)
 	}
 	t.Logf("%d lines, %d bytes a line", n, size/n)
+}
+
+// PQWATCH_PLAN_GEN=N:FILE writes N generated records (200 nodes) to FILE
+// (gzip when it ends in .gz), to compare binaries on one input.
+func TestPlanRecordGenWrite(t *testing.T) {
+	spec := os.Getenv("PQWATCH_PLAN_GEN")
+	if spec == "" {
+		t.Skip("PQWATCH_PLAN_GEN=N:FILE writes generated records")
+	}
+	ns, file, _ := strings.Cut(spec, ":")
+	n, err := strconv.Atoi(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w io.Writer = f
+	var zw *gzip.Writer
+	if strings.HasSuffix(file, ".gz") {
+		zw = gzip.NewWriter(f)
+		w = zw
+	}
+	if _, err := io.Copy(w, newRecordGen(t, n, 200)); err != nil {
+		t.Fatal(err)
+	}
+	if zw != nil {
+		zw.Close()
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
