@@ -220,7 +220,7 @@ func scanJSONLines(r io.Reader, fn func(line []byte)) error {
 			pw.CloseWithError(err)
 		}()
 		defer func() {
-			pr.CloseWithError(errors.New("plan: input abandoned")) // the copy stops
+			pr.CloseWithError(errors.New("input abandoned")) // the copy stops
 			<-done
 		}()
 		r = pr

@@ -47,8 +47,8 @@ func planPeak(tb testing.TB, n, nodes int) (read, dups int, peakMiB float64, cpu
 // The plan of 1,000,000 records (200 nodes) stays within 64 MiB of RSS
 // and drops every generated duplicate. 10,000,000: BenchmarkPlanPeakMemory.
 func TestPlanPeakMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("1,000,000 records: not with -short")
+	if testing.Short() || raceEnabled {
+		t.Skip("1,000,000 records: not with -short or -race (its memory is the race detector's)")
 	}
 	read, dups, peak, cpu, wall := planPeak(t, 1_000_000, 200)
 	t.Logf("%d records (%d duplicates dropped): peak RSS %.1f MiB, %v CPU, %v wall, %.0f records/cpu-s", read, dups, peak, cpu, wall, float64(read)/cpu.Seconds())
