@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"syscall"
 	"testing"
 	"time"
@@ -49,5 +51,43 @@ func BenchmarkPlanRecords(b *testing.B) {
 			b.ReportMetric(n/(cpuTime(b)-cpu0).Seconds(), "records/cpu-s")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/record")
 		})
+	}
+}
+
+// The plan of generated records (duplicates among them) is the same JSON
+// read by the PlanDecoder as by encoding/json, with a policy check too
+// (its listed violations name the client).
+func TestPlanFastEqualsReference(t *testing.T) {
+	p, err := forecast.ParsePolicy("X25519MLKEM768,x25519,secp256r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := expectations([]string{"openssl3.5=X25519MLKEM768,x25519"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [2][]byte
+	for i, ref := range []bool{true, false} {
+		pl := report.NewPlan(p, nil)
+		pl.PolicyCheck = policyCheck(es)
+		g := newRecordGen(t, 20_000, 13)
+		g.dupEvery, g.dupLag = 97, 40
+		kinds := planKinds{reference: ref}
+		if err := readPlanInput(g, pl, &kinds); err != nil {
+			t.Fatal(err)
+		}
+		if pl.Duplicates != g.dups || pl.Handshakes != 20_000 {
+			t.Fatalf("%d duplicates of %d, %d handshakes", pl.Duplicates, g.dups, pl.Handshakes)
+		}
+		if pl.PolicyCheck.Checked == 0 || len(pl.PolicyCheck.First) == 0 {
+			t.Fatalf("policy check: %d checked, %d listed", pl.PolicyCheck.Checked, len(pl.PolicyCheck.First))
+		}
+		pl.Finish()
+		if out[i], err = json.Marshal(pl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(out[0], out[1]) {
+		t.Errorf("plans differ:\nreference %s\nfast      %s", out[0], out[1])
 	}
 }
