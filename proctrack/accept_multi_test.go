@@ -48,7 +48,7 @@ func TestTwoNginxAcceptAttribution(t *testing.T) {
 	other.writeConf("x25519")
 	om := other.start()
 	other.signal(om, syscall.SIGUSR2)
-	waitFor(t, 5*time.Second, "the swapping nginx's new master", func() bool { p := readPid(other.pid); return p > 0 && p != om })
+	waitFor(t, 15*time.Second, "the swapping nginx's new master", func() bool { p := readPid(other.pid); return p > 0 && p != om })
 	tr, err := New(Config{ScanInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
