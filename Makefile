@@ -4,7 +4,7 @@ BIN     ?= bin/pqwatch
 PKGS    ?= ./...
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short soak bench fuzz vet lint clean
+.PHONY: all build run test test-short soak bench fuzz vet lint clean nginx-openssl35
 
 all: build
 
@@ -21,6 +21,15 @@ run: build
 test:
 	$(GO) vet $(PKGS)
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+# nginx on OpenSSL 3.5 for the OpenSSL 3.0 -> 3.5 swap tests (agent's
+# TestOpenSSL35*): Debian 12's nginx source on Debian 13's OpenSSL 3.5
+# source, from Debian's packages only, linked statically. Built once per
+# machine (about 6 minutes on 2 cores, as root) and cached outside the
+# repository in /var/cache/pqwatch/nginx-openssl35 (nginx, stamp); later
+# runs reuse it. Without it those tests skip and say this command.
+nginx-openssl35:
+	scripts/build-nginx-openssl35.sh
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

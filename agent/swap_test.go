@@ -56,7 +56,9 @@ func TestAgentNginxSwap(t *testing.T) {
 type swapLab struct {
 	t                   *testing.T
 	ns, dir, bin, binB  string
+	binA                string // build A's program, kept for a rollback
 	conf, pid, errLog   string
+	confB               []byte // the config B's install brings (nil: A's stays)
 	access              string
 	mastersMu           sync.Mutex
 	masters             []int
@@ -64,20 +66,47 @@ type swapLab struct {
 	stopWatch, watching chan struct{}
 }
 
-func newSwapLab(t *testing.T, ns string) *swapLab {
+// swapLabOptions vary the lab: another program as build B, and the config
+// its install brings.
+type swapLabOptions struct {
+	binB   string // build B's program; "" = Debian's nginx with one byte appended
+	curveA string // ssl_ecdh_curve of A's config; "" = OpenSSL's default
+	curveB string // ssl_ecdh_curve of the config installed with B; "" = A's config stays
+}
+
+func newSwapLab(t *testing.T, ns string) *swapLab { return newSwapLabWith(t, ns, swapLabOptions{}) }
+
+func newSwapLabWith(t *testing.T, ns string, o swapLabOptions) *swapLab {
 	t.Helper()
 	dir := t.TempDir()
 	l := &swapLab{t: t, ns: ns, dir: dir, bin: filepath.Join(dir, "sbin", "nginx"), binB: filepath.Join(dir, "build-b", "nginx"),
-		conf: filepath.Join(dir, "nginx.conf"), pid: filepath.Join(dir, "nginx.pid"), errLog: filepath.Join(dir, "error.log"),
-		access: filepath.Join(dir, "access.log"), workerOf: map[int]int{}}
-	for _, d := range []string{"sbin", "build-b", "tmp"} {
+		binA: filepath.Join(dir, "build-a", "nginx"), conf: filepath.Join(dir, "nginx.conf"), pid: filepath.Join(dir, "nginx.pid"),
+		errLog: filepath.Join(dir, "error.log"), access: filepath.Join(dir, "access.log"), workerOf: map[int]int{}}
+	for _, d := range []string{"sbin", "build-a", "build-b", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	l.bin, l.binB = testenv.NginxBuilds(t, testenv.NeedBin(t, "nginx"), dir)
+	debian := testenv.NeedBin(t, "nginx")
+	l.bin, l.binB = testenv.NginxBuilds(t, debian, dir)
+	for _, c := range []struct{ from, to string }{{debian, l.binA}, {o.binB, l.binB}} {
+		if c.from == "" {
+			continue
+		}
+		b, err := os.ReadFile(c.from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(c.to, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cert, key, _ := testenv.Cert(t, dir)
-	conf := fmt.Sprintf(`daemon on;
+	confWith := func(curve string) []byte {
+		if curve != "" {
+			curve = "ssl_ecdh_curve " + curve + ";"
+		}
+		return fmt.Appendf(nil, `daemon on;
 worker_processes 2;
 pid %[1]s;
 error_log %[2]s info;
@@ -97,15 +126,20 @@ http {
     ssl_protocols TLSv1.2 TLSv1.3;
     ssl_session_tickets off;
     ssl_session_cache off;
+    %[8]s
     access_log %[7]s pq;
     keepalive_timeout 0;
     add_header X-Pid $pid always;
     location / { return 200 "ok $pid\n"; }
   }
 }
-`, l.pid, l.errLog, testenv.RecommendedLogFormat, dir, cert, key, l.access)
-	if err := os.WriteFile(l.conf, []byte(conf), 0o644); err != nil {
+`, l.pid, l.errLog, testenv.RecommendedLogFormat, dir, cert, key, l.access, curve)
+	}
+	if err := os.WriteFile(l.conf, confWith(o.curveA), 0o644); err != nil {
 		t.Fatal(err)
+	}
+	if o.curveB != "" {
+		l.confB = confWith(o.curveB)
 	}
 	t.Cleanup(l.stop)
 	return l
@@ -163,10 +197,22 @@ func (l *swapLab) masterOf(worker int) int {
 	return l.workerOf[worker]
 }
 
-// installB replaces the binary by rename, as a package upgrade does.
+// installB replaces the binary by rename, as a package upgrade does, and
+// the config when B brings one.
 func (l *swapLab) installB() {
 	l.t.Helper()
-	b, err := os.ReadFile(l.binB)
+	l.install(l.binB)
+	if l.confB != nil {
+		if err := os.WriteFile(l.conf, l.confB, 0o644); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+// install puts the program at src in place of the lab's binary by rename.
+func (l *swapLab) install(src string) {
+	l.t.Helper()
+	b, err := os.ReadFile(src)
 	if err != nil {
 		l.t.Fatal(err)
 	}
@@ -233,11 +279,12 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 }
 
 // served is one client request: its address, the worker that answered
-// (X-Pid) and when its handshake was done.
+// (X-Pid), when its handshake was done and the group it negotiated.
 type served struct {
 	client string
 	xpid   int
 	at     time.Time
+	curve  tls.CurveID // the group the client negotiated
 }
 
 func agentSwap(t *testing.T, withLog, ebpf bool) {
@@ -538,7 +585,7 @@ func oneRequest(server string) (served, error) {
 	if err := tc.Handshake(); err != nil {
 		return served{}, err
 	}
-	s := served{client: c.LocalAddr().String(), at: time.Now()}
+	s := served{client: c.LocalAddr().String(), at: time.Now(), curve: tc.ConnectionState().CurveID}
 	if _, err := io.WriteString(tc, "GET / HTTP/1.1\r\nHost: pqwatch.test\r\nConnection: close\r\n\r\n"); err != nil {
 		return served{}, err
 	}

@@ -20,6 +20,7 @@
 //	Tshark(t, file, ...)       TsharkE(file, ...) ([]TsharkHello, error)
 //	GoServer(t, ns, addr, ...) GoServerE(ns, addr, ...) (net.Listener, error)
 //	NginxBuilds(t, src, dir)   NginxBuildsE(src, dir) (a, b string, error)
+//	NginxOpenSSL35(t)          LookNginxOpenSSL35() (bin, stamp string, error)
 //	NewKubeNode(t)             NewKubeNodeE(dir) (*KubeNode, error); (*KubeNode).Close
 //	StartPod(t, k, o)          (*KubeNode).StartPodE(ctx, o) (*Pod, error); (*Pod).Close
 //	Expose(t, k, svc)          (*KubeNode).ExposeE(svc) error
@@ -172,6 +173,21 @@ func NginxBuilds(t testing.TB, src, dir string) (a, b string) {
 		check(t, err)
 	}
 	return a, b
+}
+
+// NginxOpenSSL35 returns the path of nginx on OpenSSL 3.5, built once per
+// machine by scripts/build-nginx-openssl35.sh (make nginx-openssl35) and
+// cached outside the repository, and logs the versions it was built from.
+// Without it (not built, or the build failed) it skips t with the reason
+// and the command that builds it.
+func NginxOpenSSL35(t testing.TB) string {
+	t.Helper()
+	bin, stamp, err := LookNginxOpenSSL35()
+	if err != nil {
+		check(t, err)
+	}
+	t.Logf("nginx on OpenSSL 3.5: %s (%s)", bin, stamp)
+	return bin
 }
 
 // NewKubeNode makes a Kubernetes node in miniature (see KubeNode) with its
