@@ -25,7 +25,7 @@ test:
 # nginx on OpenSSL 3.5 for the OpenSSL 3.0 -> 3.5 swap tests (agent's
 # TestOpenSSL35*): Debian 12's nginx source on Debian 13's OpenSSL 3.5
 # source, from Debian's packages only, linked statically. Built once per
-# machine (about 6 minutes on 2 cores, as root) and cached outside the
+# machine (as root; 6 minutes on 2 idle cores, 20 on a loaded CI host) and cached outside the
 # repository in /var/cache/pqwatch/nginx-openssl35 (nginx, stamp); later
 # runs reuse it. Without it those tests skip and say this command.
 nginx-openssl35:

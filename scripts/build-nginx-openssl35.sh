@@ -19,8 +19,9 @@
 #     nginx   the binary
 #     stamp   the versions it was built from (written last: no stamp, no build)
 #     failed  the last failed build's reason and log tail (removed on success)
-# A later run with a stamp does nothing. -f rebuilds. Takes about 6 minutes
-# on 2 cores (nice make -j2).
+# A later run with a stamp does nothing (0.1 s). -f rebuilds. Takes about 6
+# minutes on 2 idle cores (nice make -j2); 1211 s measured on 2 cores shared
+# with other test runs (load average 10-17).
 set -euo pipefail
 
 CACHE=${PQWATCH_NGINX_OPENSSL35_DIR:-/var/cache/pqwatch/nginx-openssl35}
@@ -128,7 +129,7 @@ cd "$ndir/tree"
 # do not load them, and a master never loads modules on USR2 unless told).
 cflags=$(dpkg-buildflags --get CFLAGS)
 ldflags=$(dpkg-buildflags --get LDFLAGS)
-echo "nginx-openssl35: configure, then nice make -j2 (about 6 minutes on 2 cores)"
+echo "nginx-openssl35: configure, then nice make -j2 (6-20 minutes on 2 cores)"
 ./configure \
   --with-cc-opt="$cflags -fPIC $(dpkg-buildflags --get CPPFLAGS)" \
   --with-ld-opt="$ldflags -fPIC" \

@@ -71,7 +71,7 @@ func NginxOpenSSL35Dir() string {
 func LookNginxOpenSSL35() (bin, stamp string, err error) {
 	dir := NginxOpenSSL35Dir()
 	bin = filepath.Join(dir, "nginx")
-	build := "build it once (about 6 minutes on 2 cores, cached for later runs): make nginx-openssl35"
+	build := "build it once (as root, 6-20 minutes on 2 cores, cached for later runs): make nginx-openssl35"
 	s, err := os.ReadFile(filepath.Join(dir, "stamp"))
 	if err != nil {
 		why := fmt.Sprintf("needs nginx on OpenSSL 3.5 in %s (no stamp)", dir)
