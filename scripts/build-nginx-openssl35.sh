@@ -52,6 +52,7 @@ fail() {
 }
 trap 'rm -rf "$work"' EXIT
 trap 'fail "line $LINENO: $BASH_COMMAND"' ERR
+trap 'fail "killed by SIGTERM (a time limit such as .ci/run'"'"'s?)"' TERM
 : >"$log"
 
 # The tools: dpkg-source (dpkg-dev), a compiler, nginx's libraries (PCRE2,
