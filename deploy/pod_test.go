@@ -626,7 +626,10 @@ func (h *harness) runAgent(t *testing.T, p *podProc, w want) *agentRun {
 		r.fromLog = metricSum(s, "pqwatch_attributions_from_log_total", `result="found"`)
 		r.joined = metricSum(s, "pqwatch_log_joins_total", `result="joined"`)
 	}
-	for deadline := time.Now().Add(8 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	// A joined line decides a record some 5 s after it came (the join waits
+	// for every record that could be its connection's), and $pid names the
+	// generation then: a loaded host takes longer.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		scrape()
 		if _, ok := proc.exited(0); ok {
 			break

@@ -110,14 +110,22 @@ func (s *LogPID) sweep() {
 		time.Sleep(every)
 		now := time.Now()
 		var due []pendingCount
+		left := 0
 		s.pendMu.Lock()
 		for r, p := range s.pending {
-			if now.Sub(p.at) >= logCountWait {
+			switch {
+			case p.gen == nil:
+				// Nothing to count yet: the record waits in the map for
+				// its line, whose $pid may name its generation (counted
+				// then); one that never gets a line leaves the map when
+				// it passes this stage unjoined.
+			case now.Sub(p.at) >= logCountWait:
 				due = append(due, p)
 				delete(s.pending, r)
+			default:
+				left++
 			}
 		}
-		left := len(s.pending)
 		if left == 0 {
 			s.sweeping = false
 		}

@@ -138,4 +138,13 @@ func TestLogPIDCountsWithoutLine(t *testing.T) {
 	if n := count(); n != 2 {
 		t.Errorf("the late line counted the record again: %d", n)
 	}
+	// A record the attribution could not place waits for its line however
+	// long the join takes (seconds): its $pid names the generation then.
+	r3 := &record.Handshake{Transport: record.TransportTCP, Log: &record.Log{Source: "nginx", PID: gi.Workers[0]}}
+	tr.observeAttributed(nil, r3, true, false)
+	time.Sleep(logCountWait + 300*time.Millisecond)
+	s.Process(r3)
+	if n := count(); n != 3 {
+		t.Errorf("an unattributed record found by its $pid after %v counted %d, want 3", logCountWait, n)
+	}
 }
