@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
@@ -47,18 +46,9 @@ func cmdInventory(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintf(stderr, "pqwatch inventory: -max-endpoints %d: must be at least 1\n", maxEnds)
 		return exitUsage
 	}
-	if fs.NArg() == 0 && !pk.enabled() {
-		fmt.Fprintln(stderr, "pqwatch inventory: no record or capture files given (and no -kafka-brokers)")
-		fs.Usage()
+	feed, ok := pk.inputs("inventory", "record or capture files", fs, stderr)
+	if !ok {
 		return exitUsage
-	}
-	var feed exporter.FeedReadConfig
-	if pk.enabled() {
-		var err error
-		if feed, err = pk.config(time.Now(), os.Getenv); err != nil {
-			fmt.Fprintln(stderr, "pqwatch inventory:", err)
-			return exitUsage
-		}
 	}
 	inv := report.NewInventory()
 	inv.MaxEndpoints = maxEnds

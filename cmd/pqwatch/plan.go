@@ -10,11 +10,9 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/klauspost/compress/gzip"
 
-	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
@@ -46,18 +44,9 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pqwatch plan: -format must be text, json or csv, not %q\n", format)
 		return exitUsage
 	}
-	if fs.NArg() == 0 && !pk.enabled() {
-		fmt.Fprintln(stderr, "pqwatch plan: no record files given (and no -kafka-brokers)")
-		fs.Usage()
+	feed, ok := pk.inputs("plan", "record files", fs, stderr)
+	if !ok {
 		return exitUsage
-	}
-	var feed exporter.FeedReadConfig
-	if pk.enabled() {
-		var err error
-		if feed, err = pk.config(time.Now(), os.Getenv); err != nil {
-			fmt.Fprintln(stderr, "pqwatch plan:", err)
-			return exitUsage
-		}
 	}
 	policy, err := cf.policy()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -35,6 +36,26 @@ func (pk *planKafkaFlags) register(fs *flag.FlagSet) {
 }
 
 // enabled reports whether -kafka-brokers was given.
+// inputs checks that cmd (plan, inventory) has something to read, files
+// (what names them in the message) or the feed, and returns the feed's
+// configuration; false after it said why on stderr (a usage error).
+func (pk *planKafkaFlags) inputs(cmd, what string, fs *flag.FlagSet, stderr io.Writer) (exporter.FeedReadConfig, bool) {
+	if fs.NArg() == 0 && !pk.enabled() {
+		fmt.Fprintf(stderr, "pqwatch %s: no %s given (and no -kafka-brokers)\n", cmd, what)
+		fs.Usage()
+		return exporter.FeedReadConfig{}, false
+	}
+	if !pk.enabled() {
+		return exporter.FeedReadConfig{}, true
+	}
+	feed, err := pk.config(time.Now(), os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "pqwatch %s: %v\n", cmd, err)
+		return feed, false
+	}
+	return feed, true
+}
+
 func (pk *planKafkaFlags) enabled() bool { return strings.TrimSpace(pk.kf.brokers) != "" }
 
 // config builds the read's configuration; getenv reads the environment
