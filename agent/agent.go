@@ -42,6 +42,7 @@ import (
 	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/proctrack"
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
@@ -173,7 +174,6 @@ type Agent struct {
 	metrics *exporter.Metrics
 	health  *exporter.Health // writers' degraded states: /healthz, /readyz, pqwatch_sink_degraded
 	capt    *capture.Capture
-	workers []*worker
 	procs   *proctrack.Tracker
 	attrib  *proctrack.Attribution
 	joiner  *logjoin.Joiner
@@ -202,15 +202,6 @@ type Agent struct {
 // hkEarly is how soon after the last housekeeping run a batch's end runs
 // the next: runs are between hkEarly and a second apart.
 const hkEarly = 600 * time.Millisecond
-
-// worker owns one Sniffer; mu serialises packets and the expiry ticker.
-type worker struct {
-	mu sync.Mutex
-	sn *sniffer.Sniffer
-	// held: the worker's goroutine holds mu for the batch it is handing
-	// over (see packet); only that goroutine reads or writes it.
-	held bool
-}
 
 // New builds an agent; nothing runs until Run. On error it closes what it
 // opened.
@@ -246,9 +237,23 @@ func New(cfg Config) (a *Agent, err error) {
 			opened.closeOpened()
 		}
 	}()
-	// One handshake once: its views on several interfaces, before and
-	// after the node's NAT, become one record before the metrics count it.
-	pc := pipeline.Config{Logger: cfg.Logger, Merge: &merge.Config{HoldNow: multiView(cfg.Ifaces)}, Taps: []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)}}
+	// The one path (package pipeline): the rings' packets -> one sniffer
+	// per worker -> ids -> one handshake once (its views on several
+	// interfaces, before and after the node's NAT, are one record before
+	// the metrics count it) -> the metrics -> attribution -> the log join
+	// -> the $pid correction and the join's check -> JSONL, Kafka, the
+	// caller's sinks.
+	sc := cfg.Sniffer
+	sc.Ports = nil // the kernel filter already narrowed
+	if cfg.BufferBudget > 0 {
+		sc.MaxBufferedBytes = int(max(cfg.BufferBudget/int64(n), MinWorkerBudget))
+	}
+	pc := pipeline.Config{
+		Source: &pipeline.Rings{Capture: capt, N: n, BatchEnd: a.batchEnd}, Sniffer: sc,
+		IDs: pipeline.NewIDs(cfg.Node), Merge: &merge.Config{HoldNow: multiView(cfg.Ifaces)},
+		Taps:    []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)},
+		Recycle: cfg.RecycleRecords, Logger: cfg.Logger,
+	}
 	var logPID *proctrack.LogPID // $pid attribution after the log join
 	if cfg.TrackProcesses {
 		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms, NoAcceptEvents: cfg.NoAcceptEvents, AllAcceptEvents: cfg.AllAcceptEvents})
@@ -258,21 +263,21 @@ func New(cfg Config) (a *Agent, err error) {
 			a.procs = pt
 			logPID = proctrack.NewLogPID(pt)
 			a.reg.MustRegister(pt.Collector(), logPID)
-			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
+			pc.Attribution = func(next func(*record.Handshake)) pipeline.Stage {
 				a.attrib = proctrack.NewAttribution(pt, next)
 				return a.attrib
-			})
+			}
 		}
 	}
 	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
-		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
+		pc.Join = func(next func(*record.Handshake)) pipeline.Stage {
 			a.joiner = logjoin.New(logjoin.Options{Emit: next, MaxPendingBytes: joinBudget()})
 			return a.joiner
-		})
-		if lp := logPID; lp != nil {
-			pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage { return lp.Then(next) })
 		}
-		pc.Stages = append(pc.Stages, func(next func(*record.Handshake)) pipeline.Stage {
+		if lp := logPID; lp != nil {
+			pc.AfterJoin = append(pc.AfterJoin, func(next func(*record.Handshake)) pipeline.Stage { return lp.Then(next) })
+		}
+		pc.AfterJoin = append(pc.AfterJoin, func(next func(*record.Handshake)) pipeline.Stage {
 			return &joinCheck{next: next, metrics: a.metrics, log: a.log}
 		})
 	}
@@ -306,50 +311,11 @@ func New(cfg Config) (a *Agent, err error) {
 	if cfg.OnRecord != nil {
 		pc.Sinks = append(pc.Sinks, record.SinkFunc(cfg.OnRecord))
 	}
-	var newRecord func() *record.Handshake
-	if cfg.RecycleRecords {
-		// Records the pipeline is done with: the next handshake on the
-		// same P reuses one still in the caches, and the heap hardly
-		// grows between collections (page faults on fresh heap were some
-		// 7% of the agent's CPU while its heap first grew).
-		var pool sync.Pool
-		newRecord = func() *record.Handshake {
-			if r, ok := pool.Get().(*record.Handshake); ok {
-				return r
-			}
-			return new(record.Handshake)
-		}
-		pc.Done = func(r *record.Handshake) {
-			// What it points to is the collector's again, but for the
-			// memory of its hello's lists, which the sniffer fills in
-			// place next time (the sinks copy what they keep).
-			*r = record.Handshake{ALPN: r.ALPN[:0], OfferedGroups: r.OfferedGroups[:0], KeyShares: r.KeyShares[:0],
-				OfferedIDs: r.OfferedIDs[:0], KeyShareIDs: r.KeyShareIDs[:0]}
-			pool.Put(r)
-		}
-	}
 	a.pipe = pipeline.New(pc)
 	a.metrics.HandshakeViewsFrom(func() exporter.ViewStats {
 		st := a.pipe.Merge().Stats()
 		return exporter.ViewStats{Merged: st.Merged, Late: st.Late, OverflowHeld: st.OverflowHeld, OverflowRemembered: st.OverflowRemembered}
 	})
-	ids := newRecordIDs(cfg.Node)
-	onRecord := func(r *record.Handshake) {
-		ids.stamp(r)
-		a.pipe.Record(r)
-	}
-	for range n {
-		w := &worker{}
-		sc := cfg.Sniffer
-		sc.Ports = nil // the kernel filter already narrowed
-		sc.OnRecord = onRecord
-		sc.NewRecord = newRecord
-		if cfg.BufferBudget > 0 {
-			sc.MaxBufferedBytes = int(max(cfg.BufferBudget/int64(n), MinWorkerBudget))
-		}
-		w.sn = sniffer.New(sc)
-		a.workers = append(a.workers, w)
-	}
 	a.reg.MustRegister(exporter.NewCaptureCollector(a.captureStats),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	a.metrics.ParseErrorsFrom(a.parseErrors)
@@ -486,23 +452,20 @@ func (a *Agent) Run(ctx context.Context) error {
 		// From a batch's end, a worker busy with its own batch is left
 		// alone (its sniffer expires flows as its packets come): waiting
 		// for it would put this worker to sleep and wake it again.
-		lock := func(w *worker) bool {
+		with := func(w *pipeline.Worker, f func(*sniffer.Sniffer)) bool {
 			if batch {
-				return w.mu.TryLock()
+				return w.TryWith(f)
 			}
-			w.mu.Lock()
+			w.With(f)
 			return true
 		}
-		for _, w := range a.workers {
-			if lock(w) {
-				w.sn.Expire(now)
-				w.mu.Unlock()
-			}
+		for _, w := range a.pipe.Workers() {
+			with(w, func(sn *sniffer.Sniffer) { sn.Expire(now) })
 		}
 		if a.joiner != nil {
 			a.joiner.Tick(now)
 		}
-		a.returnMemory(lock)
+		a.returnMemory(with)
 		gcFloor.Adjust()
 	}
 	a.hkLast.Store(time.Now().UnixNano())
@@ -525,22 +488,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.BufferBudget > 0 {
 		from = "-buffer-budget"
 	}
-	for _, w := range a.workers {
-		budget += w.sn.Budget()
+	for _, w := range a.pipe.Workers() {
+		budget += w.Budget()
 	}
-	a.log.Info("capture starting", "interfaces", a.cfg.Ifaces, "workers", len(a.workers),
+	a.log.Info("capture starting", "interfaces", a.cfg.Ifaces, "workers", len(a.pipe.Workers()),
 		"buffer_budget_bytes", budget, "buffer_budget_from", from)
-	capErr := a.capt.RunBatches(ctx, a.packet, a.batchEnd)
+	// Capture until ctx ends; the sniffers' open flows are then records.
+	capErr := a.pipe.Run(ctx)
 
-	// Drain: capture has stopped; flush flows, then logs, then sinks.
+	// Drain: capture has stopped; logs, then stages and sinks.
 	stopTails()
 	tails.Wait()
 	a.judgeShortLogs()
-	for _, w := range a.workers {
-		w.mu.Lock()
-		w.sn.Flush()
-		w.mu.Unlock()
-	}
 	// The stages flush in order (attribution, log join), then the sinks
 	// flush and close (Kafka within its deadline, or at once on Abort).
 	kctx, cancel := a.drainContext(cmp.Or(a.cfg.DrainTimeout, 30*time.Second))
@@ -579,28 +538,9 @@ func (a *Agent) drainContext(d time.Duration) (context.Context, context.CancelFu
 // errAborted is the cause of a drain cut short by Config.Abort.
 var errAborted = errors.New("agent: stopped at once")
 
-// packet is the capture callback, on worker i's goroutine. It takes the
-// worker's lock at the first packet of a batch and keeps it until
-// batchEnd, once the capture has handed over the batch (up to a ring
-// block's packets): one lock and unlock per block, not per packet. A panic
-// is recovered (and logged) by the capture worker, which drops the packet
-// and keeps capturing; parseErrors counts it in the metrics. The lock is
-// still released by batchEnd after one, so the sniffer stays usable.
-func (a *Agent) packet(i int, ts time.Time, link int, data []byte) {
-	w := a.workers[i]
-	if !w.held {
-		w.mu.Lock()
-		w.held = true
-	}
-	w.sn.Packet(ts, link, data)
-}
-
-// batchEnd releases what packet took for worker i's batch.
-func (a *Agent) batchEnd(i int) {
-	if w := a.workers[i]; w.held {
-		w.held = false
-		w.mu.Unlock()
-	}
+// batchEnd follows worker i's batch, its lock released: the housekeeping
+// second runs from here while traffic flows.
+func (a *Agent) batchEnd(int) {
 	if a.hk != nil {
 		// A full process scan is left to the timer's goroutine: its
 		// system calls, made while this worker goes on, would keep the
@@ -630,11 +570,8 @@ func (a *Agent) housekeep(now time.Time, batch bool) {
 // recovered, as pqwatch_parse_errors_total: the counters stay where they
 // are kept, nothing is copied.
 func (a *Agent) parseErrors(add func(n uint64, labels ...string)) {
-	for _, w := range a.workers {
-		w.mu.Lock()
-		st := w.sn.Stats()
-		w.mu.Unlock()
-		pipeline.SnifferErrors(st, func(n uint64, reason string) {
+	for _, w := range a.pipe.Workers() {
+		pipeline.SnifferErrors(w.Stats(), func(n uint64, reason string) {
 			if reason != "flows_evicted" { // pqwatch_flows_evicted_total has them
 				add(n, reason)
 			}
@@ -661,15 +598,13 @@ func (a *Agent) captureStats() exporter.CaptureStats {
 	for name, s := range cs.Interfaces {
 		out.Interfaces[name] = exporter.IfaceStats{Packets: s.Packets, Drops: s.Drops}
 	}
-	for _, w := range a.workers {
-		w.mu.Lock()
-		st := w.sn.Stats()
-		w.mu.Unlock()
+	for _, w := range a.pipe.Workers() {
+		st := w.Stats()
 		out.FlowsEvicted += st.FlowsEvicted // the cap at work; idle expiry is normal
 		out.FlowsActive += st.FlowsActive
 		out.QUICConnsActive += int(st.QUIC["conns"])
 		out.BufferedBytes += st.BufferedBytes
-		out.BufferBudget += w.sn.Budget()
+		out.BufferBudget += w.Budget()
 	}
 	return out
 }
@@ -781,21 +716,19 @@ const (
 // collection costs a few milliseconds). Called by each housekeeping run;
 // lock takes a worker's lock (from a batch's end, only if it is free: a
 // busy worker makes this run count nothing).
-func (a *Agent) returnMemory(lock func(*worker) bool) {
+func (a *Agent) returnMemory(with func(*pipeline.Worker, func(*sniffer.Sniffer)) bool) {
 	held := 0
-	for _, w := range a.workers {
-		if !lock(w) {
+	for _, w := range a.pipe.Workers() {
+		if !with(w, func(sn *sniffer.Sniffer) {
+			f, b := sn.Held()
+			held += f*sniffer.FlowBytes + b
+		}) {
 			return // a worker is busy: the next run counts them all
 		}
-		f, b := w.sn.Held()
-		w.mu.Unlock()
-		held += f*sniffer.FlowBytes + b
 	}
 	if peak, due := a.memReturn.due(held, time.Now()); due {
-		for _, w := range a.workers {
-			w.mu.Lock()
-			w.sn.Shrink()
-			w.mu.Unlock()
+		for _, w := range a.pipe.Workers() {
+			w.With(func(sn *sniffer.Sniffer) { sn.Shrink() })
 		}
 		debug.FreeOSMemory()
 		a.log.Debug("flood over: memory returned", "peak_held_bytes", peak, "held_bytes", held)
@@ -821,31 +754,23 @@ func (m *memReturn) due(held int, now time.Time) (peak int, ok bool) {
 }
 
 // SnifferStats sums the workers' sniffer counters.
-func (a *Agent) SnifferStats() sniffer.Stats {
-	sum := sniffer.Stats{Errors: map[string]uint64{}, QUIC: map[string]uint64{}}
-	for _, w := range a.workers {
-		w.mu.Lock()
-		st := w.sn.Stats()
-		w.mu.Unlock()
-		sum.Packets += st.Packets
-		sum.Bytes += st.Bytes
-		sum.TCPPackets += st.TCPPackets
-		sum.UDPPackets += st.UDPPackets
-		sum.Filtered += st.Filtered
-		sum.Flows += st.Flows
-		sum.FlowsActive += st.FlowsActive
-		sum.BufferedBytes += st.BufferedBytes
-		sum.FlowsEvicted += st.FlowsEvicted
-		sum.FlowsExpired += st.FlowsExpired
-		sum.Records += st.Records
-		for k, v := range st.Errors {
-			sum.Errors[k] += v
-		}
-		for k, v := range st.QUIC {
-			sum.QUIC[k] += v
+func (a *Agent) SnifferStats() sniffer.Stats { return a.pipe.SnifferStats() }
+
+// Result is what the run saw (after Run): the pipeline's counters, the
+// tailed logs' join and the swap events; Result.Finish completes a summary
+// with it.
+func (a *Agent) Result() pipeline.Result {
+	r := a.pipe.Result()
+	if len(a.cfg.NginxLogs)+len(a.cfg.CaddyLogs) > 0 {
+		lr := a.LogResult()
+		r.Log = &lr
+	}
+	if a.procs != nil {
+		for _, e := range a.procs.Events() {
+			r.SwapEvents = append(r.SwapEvents, report.SwapEvent(e))
 		}
 	}
-	return sum
+	return r
 }
 
 // multiView says whether a handshake may be seen twice from the start: a

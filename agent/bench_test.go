@@ -72,9 +72,11 @@ func handshakePath(b *testing.B, release bool) {
 	round := 0
 	for b.Loop() {
 		shift := time.Duration(round) * span
+		w := a.pipe.Workers()[0]
 		for _, p := range pkts {
-			a.packet(0, p.ts.Add(shift), sniffer.LinkEthernet, p.data)
+			w.Packet(p.ts.Add(shift), sniffer.LinkEthernet, p.data)
 		}
+		w.BatchEnd()
 		a.batchEnd(0)
 		if release {
 			a.pipe.Flush()

@@ -24,6 +24,7 @@ import (
 
 	"github.com/pqwatch/pqwatch/agent"
 	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/merge"
 	"github.com/pqwatch/pqwatch/pcapgen"
 	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/record"
@@ -172,10 +173,7 @@ loop:
 	if err := <-done; err != nil {
 		return err
 	}
-	st := a.SnifferStats()
-	sum.Packets = st.Packets
-	pipeline.AddSnifferErrors(sum.Errors, st)
-	sum.Finish()
+	a.Result().Finish(sum)
 	if pt := a.Processes(); pt != nil {
 		for _, g := range pt.Generations() {
 			if g.Connections > 0 {
@@ -241,11 +239,17 @@ func runOffline(ctx context.Context, o Options, out, errw io.Writer, sum *report
 	if err := f.Close(); err != nil {
 		return err
 	}
-	off := pipeline.Offline{Files: []string{path}, Summary: sum, Stderr: errw}
-	res, err := off.Run(ctx)
+	p := pipeline.New(pipeline.Config{Source: &pipeline.Files{Paths: []string{path}, Command: "demo"},
+		Merge: &merge.Config{Offline: true}, Sinks: []record.Sink{sum}, Stderr: errw})
+	err = p.Run(ctx)
+	if cerr := p.Close(ctx); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return err
 	}
+	res := p.Result()
+	res.Finish(sum)
 	if res.Failed > 0 {
 		return fmt.Errorf("demo: the generated capture %s could not be read", path)
 	}

@@ -58,14 +58,18 @@ func TestPipelineOrder(t *testing.T) {
 	}
 	p := New(Config{
 		Taps:   []record.Sink{record.SinkFunc(func(r *record.Handshake) { tapped++; r.SNI = "r" })},
-		Stages: []NewStage{stage("a"), stage("b")},
+		// The order is the pipeline's: attribution, join, after the join.
+		AfterJoin:   []NewStage{stage("c")},
+		Join:        stage("b"),
+		Attribution: stage("a"),
 		Sinks:  []record.Sink{fail, sink},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	for range 4 {
 		p.Record(&record.Handshake{})
 	}
-	// a passes records 1 and 3; b passes the first of those and holds 3.
+	// a passes records 1 and 3; b passes the first of those and holds 3;
+	// c passes its first.
 	if tapped != 4 || len(sink.got) != 1 {
 		t.Fatalf("before flush: tapped %d, delivered %v", tapped, sink.got)
 	}
@@ -76,8 +80,8 @@ func TestPipelineOrder(t *testing.T) {
 		t.Fatalf("after close: delivered %v (%d)", sink.got, p.Delivered())
 	}
 	for _, sni := range sink.got {
-		if sni != "rab" {
-			t.Errorf("record went through %q, want taps then a then b", sni)
+		if sni != "rabc" {
+			t.Errorf("record went through %q, want taps, then a, b and c", sni)
 		}
 	}
 	if sink.flushed != 1 || sink.close != 1 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pqwatch/pqwatch/exporter"
 	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/merge"
 	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
@@ -139,27 +140,26 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitFailure
 	}
-	off, err := cf.offline(fs.Args(), stderr)
+	files := fs.Args()
+	progress := newProgress(stderr)
+	pc, sum, err := cf.offline(&pipeline.Files{Paths: files, Stdin: os.Stdin, Progress: progress.fn, Done: progress.done}, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitUsage
 	}
-	off.Sniffer.Ports = ports
+	pc.Sniffer.Ports = ports
 	bw := bufio.NewWriterSize(out, 64<<10)
 	if cf.streams() {
-		off.Sinks = append(off.Sinks, exporter.NewJSONLWith(bw, exporter.JSONLOptions{Encode: cf.encoder()}))
+		pc.Sinks = append(pc.Sinks, exporter.NewJSONLWith(bw, exporter.JSONLOptions{Encode: cf.encoder()}))
 	}
-	off.Stdin = os.Stdin
-	progress := newProgress(stderr)
-	off.Progress, off.Done = progress.fn, progress.done
-	res, err := off.Run(ctx)
-	if err == nil && res.Failed == len(off.Files) {
+	res, err := runOffline(ctx, pc, sum)
+	if err == nil && res.Failed == len(files) {
 		// Nothing could be read (named on stderr above): no report of zeros.
 		closeOut()
 		return exitFailure
 	}
 	if err == nil && !cf.streams() {
-		err = off.Summary.Render(bw, cf.format)
+		err = sum.Render(bw, cf.format)
 	}
 	if err == nil {
 		err = bw.Flush()
@@ -171,38 +171,56 @@ func cmdAnalyze(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stderr, "pqwatch analyze:", err)
 		return exitFailure
 	}
-	warnPolicyUncovered(stderr, "analyze", off.Summary.Policy)
+	warnPolicyUncovered(stderr, "analyze", sum.Policy)
 	if res.Failed > 0 {
-		fmt.Fprintf(stderr, "pqwatch analyze: incomplete: %d of %d files could not be read (named above); the report covers the rest\n", res.Failed, len(off.Files))
+		fmt.Fprintf(stderr, "pqwatch analyze: incomplete: %d of %d files could not be read (named above); the report covers the rest\n", res.Failed, len(files))
 		return exitFailure
 	}
-	if why := off.Summary.NothingFound(); why != "" {
-		fmt.Fprintf(stderr, "pqwatch analyze: %s: %s\n", strings.Join(off.Files, ", "), why)
+	if why := sum.NothingFound(); why != "" {
+		fmt.Fprintf(stderr, "pqwatch analyze: %s: %s\n", strings.Join(files, ", "), why)
 		return exitFailure
 	}
 	return exitOK
 }
 
-// offline turns the common flags into an offline pipeline over files.
-func (c *commonFlags) offline(files []string, stderr io.Writer) (*pipeline.Offline, error) {
+// offline turns the common flags into an offline pipeline over src: the
+// summary first among the sinks, the access logs joined by batch, one
+// record per handshake (views merged by capture time: `tcpdump -i any`
+// captures give one record per handshake too).
+func (c *commonFlags) offline(src *pipeline.Files, stderr io.Writer) (pipeline.Config, *report.Summary, error) {
 	policy, err := c.policy()
 	if err != nil {
-		return nil, err
+		return pipeline.Config{}, nil, err
 	}
 	es, err := expectations(c.expect)
 	if err != nil {
-		return nil, err
+		return pipeline.Config{}, nil, err
 	}
 	logs, err := c.logFiles()
 	if err != nil {
-		return nil, err
+		return pipeline.Config{}, nil, err
 	}
 	sum := report.New(policy)
 	sum.Policy = policyCheck(es)
-	return &pipeline.Offline{
-		Files: files, Sniffer: sniffer.Config{MaxFlows: c.maxFlows}, Logs: logs,
-		Summary: sum, Stderr: stderr,
-	}, nil
+	return pipeline.Config{
+		Source: src, Sniffer: sniffer.Config{MaxFlows: c.maxFlows}, Merge: &merge.Config{Offline: true},
+		Logs: logs, Sinks: []record.Sink{sum}, Stderr: stderr,
+	}, sum, nil
+}
+
+// runOffline runs an offline pipeline to its end and finishes sum with
+// what it saw.
+func runOffline(ctx context.Context, pc pipeline.Config, sum *report.Summary) (pipeline.Result, error) {
+	p := pipeline.New(pc)
+	err := p.Run(ctx)
+	if cerr := p.Close(ctx); err == nil {
+		err = cerr
+	}
+	res := p.Result()
+	if sum != nil {
+		res.Finish(sum)
+	}
+	return res, err
 }
 
 // policy is the -forecast-groups policy (default: forecast.DefaultPolicy).

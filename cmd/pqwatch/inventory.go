@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/pqwatch/pqwatch/exporter"
-	"github.com/pqwatch/pqwatch/forecast"
+	"github.com/pqwatch/pqwatch/merge"
 	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
@@ -83,11 +83,11 @@ func cmdInventory(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 	}
 	if len(captures) > 0 && ctx.Err() == nil {
-		off := &pipeline.Offline{
-			Files: captures, Sniffer: sniffer.Config{MaxFlows: maxFlows},
-			Summary: report.New(forecast.DefaultPolicy), Sinks: []record.Sink{inv}, Stderr: stderr, Stdin: stdin,
-		}
-		res, err := off.Run(ctx)
+		res, err := runOffline(ctx, pipeline.Config{
+			Source:  &pipeline.Files{Paths: captures, Stdin: stdin, Command: "inventory"},
+			Sniffer: sniffer.Config{MaxFlows: maxFlows}, Merge: &merge.Config{Offline: true},
+			Sinks: []record.Sink{inv}, Stderr: stderr,
+		}, nil)
 		if err != nil {
 			fmt.Fprintln(stderr, "pqwatch inventory:", err)
 			return exitFailure

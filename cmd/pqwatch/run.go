@@ -19,7 +19,6 @@ import (
 	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/internal/memlimit"
-	"github.com/pqwatch/pqwatch/pipeline"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
@@ -240,18 +239,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if oerr != nil {
 			err = oerr
 		} else {
-			st := a.SnifferStats()
-			sum.Packets = st.Packets
-			pipeline.AddSnifferErrors(sum.Errors, st)
-			if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
-				pipeline.AddLogResult(sum, a.LogResult())
-			}
-			if pt := a.Processes(); pt != nil {
-				for _, e := range pt.Events() {
-					sum.SwapEvents = append(sum.SwapEvents, report.SwapEvent(e))
-				}
-			}
-			sum.Finish()
+			a.Result().Finish(sum)
 			err = sum.Render(out, rf.format)
 			if cerr := c(); err == nil {
 				err = cerr

@@ -33,12 +33,12 @@ var allowed = map[string][]string{
 	"exporter":          {"record", "tlsparse", "forecast", "report"},
 	"loadgen":           {"tlsparse", "internal/procfs"},
 	"merge":             {"record"},
-	"pipeline":          {"record", "report", "sniffer", "logjoin", "merge"},
-	"agent":             {"internal/memlimit", "record", "capture", "sniffer", "forecast", "logparse", "logjoin", "proctrack", "exporter", "merge", "pipeline"},
-	"demo":              {"record", "sniffer", "forecast", "report", "pcapgen", "pipeline", "agent"},
+	"pipeline":          {"record", "report", "sniffer", "logjoin", "merge", "capture"},
+	"agent":             {"internal/memlimit", "record", "report", "capture", "sniffer", "forecast", "logparse", "logjoin", "proctrack", "exporter", "merge", "pipeline"},
+	"demo":              {"record", "sniffer", "forecast", "report", "pcapgen", "merge", "pipeline", "agent"},
 	// cmd wires: flags -> each package's option types -> pipeline. It
 	// never reaches into proctrack or the capture rings' internals.
-	"cmd/pqwatch": {"agent", "capture", "demo", "exporter", "forecast", "internal/memlimit", "loadgen", "logjoin", "logparse", "pipeline", "record", "report", "sniffer", "tlsparse"},
+	"cmd/pqwatch": {"agent", "capture", "demo", "exporter", "forecast", "internal/memlimit", "loadgen", "logjoin", "logparse", "merge", "pipeline", "record", "report", "sniffer", "tlsparse"},
 	// Test and tool packages.
 	"internal/testenv":   {"pcapgen"},
 	"internal/benchcmp":  {"pcapgen"},

@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,122 +8,57 @@ import (
 
 	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/merge"
-	"github.com/pqwatch/pqwatch/record"
 	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
-// Offline is an analysis of capture files: `analyze`, and the demo without
-// capture privileges.
-type Offline struct {
-	Files   []string
-	Sniffer sniffer.Config // Ports, MaxFlows, ...; OnRecord is the pipeline's
-	Logs    logjoin.Files  // access logs to join, the error log to report
-	Summary *report.Summary
-	Sinks   []record.Sink // after the summary (JSONL)
-	// Progress, when set, reports reading progress per file; Done is
-	// called after each file.
-	Progress func(path string) sniffer.Progress
-	Done     func()
-	Stderr   io.Writer // warnings naming the input; nil: discarded
-	Stdin    io.Reader // the capture a file named "-" stands for
-	// NoMerge keeps every view of a handshake a record of its own (the
-	// merge, package merge, is on by default).
-	NoMerge bool
+// Result is what a run saw. The pipeline fills the sniffers' counters, the
+// merge's, the files read (a Files source) and the offline log join; the
+// live caller adds what only it knows (its tailed logs' result, the swap
+// events) before Finish.
+type Result struct {
+	Sniffer   sniffer.Stats
+	Merge     merge.Stats
+	Delivered uint64 // records handed to the sinks
+	// Files are the capture files read, in order; FileErrors counts the
+	// files that failed by reason (unreadable_file, truncated_file, ...);
+	// Failed is the files that could not be read at all.
+	Files      []report.FileInfo
+	FileErrors map[string]uint64
+	Failed     int
+	// Log is the log join's result; nil when no log was joined.
+	Log        *logjoin.FileResult
+	SwapEvents []report.SwapEvent
 }
 
-// OfflineResult says how the run went.
-type OfflineResult struct {
-	Stats  sniffer.Stats
-	Failed int // files that could not be read at all
-}
-
-// Run reads every file through the sniffer and the pipeline into the
-// summary (finished) and the sinks (flushed).
-func (o *Offline) Run(ctx context.Context) (OfflineResult, error) {
-	stderr := o.Stderr
-	if stderr == nil {
-		stderr = io.Discard
-	}
-	sum := o.Summary
-	cfg := Config{Sinks: append([]record.Sink{sum}, o.Sinks...)}
-	if !o.NoMerge {
-		// By capture time: `tcpdump -i any` captures give one record per
-		// handshake too.
-		cfg.Merge = &merge.Config{Offline: true}
-	}
-	var batch *logjoin.BatchStage
-	if !o.Logs.Empty() {
-		cfg.Stages = append(cfg.Stages, func(next func(*record.Handshake)) Stage {
-			batch = logjoin.NewBatchStage(o.Logs, next)
-			return batch
-		})
-	}
-	p := New(cfg)
-	sc := o.Sniffer
-	sc.OnRecord = p.Record
-	sn := sniffer.New(sc)
-	var res OfflineResult
-	for _, path := range o.Files {
-		if ctx.Err() != nil {
-			break
-		}
-		var prog sniffer.Progress
-		if o.Progress != nil {
-			prog = o.Progress(path)
-		}
-		var st sniffer.FileStats
-		var err error
-		if path == "-" && o.Stdin != nil {
-			st, err = sniffer.ReadFrom("stdin", o.Stdin, sn, prog)
-		} else {
-			st, err = sniffer.ReadFile(path, sn, prog)
-		}
-		if m := p.Merge(); m != nil {
-			// One capture's views are merged, not two files': the same
-			// capture given twice stays two captures.
-			m.Reset()
-		}
-		if o.Done != nil {
-			o.Done()
-		}
-		fi := report.FileInfo{Path: path, Format: st.Format, Packets: st.Packets, First: st.First, Last: st.Last}
-		switch {
-		case err != nil:
-			fmt.Fprintln(stderr, "pqwatch analyze:", err)
-			fi.Error = err.Error()
-			res.Failed++
-			sum.Errors["unreadable_file"]++
-		case st.Err != nil:
-			fmt.Fprintln(stderr, "pqwatch analyze: warning:", st.Err)
-			fi.Error = st.Err.Error()
-			sum.Errors[fileErrReason(st.Err)]++
-		}
+// Finish completes sum with what the run saw and finishes it: every
+// command's summary is finished here, once.
+func (r Result) Finish(sum *report.Summary) {
+	for _, fi := range r.Files {
 		sum.AddFile(fi)
 	}
-	sn.Flush()
-	res.Stats = sn.Stats()
-	p.Flush()
-	if batch != nil {
-		addFileResult(sum, batch.Result(), stderr)
+	for k, v := range r.FileErrors {
+		sum.Errors[k] += v
 	}
-	sum.Packets = res.Stats.Packets
-	sum.PacketsOutsidePorts = res.Stats.Filtered
-	AddSnifferErrors(sum.Errors, res.Stats)
+	sum.Packets = r.Sniffer.Packets
+	sum.PacketsOutsidePorts = r.Sniffer.Filtered
+	AddSnifferErrors(sum.Errors, r.Sniffer)
+	if r.Log != nil {
+		AddLogResult(sum, *r.Log)
+	}
+	sum.SwapEvents = append(sum.SwapEvents, r.SwapEvents...)
 	sum.Finish()
-	return res, p.Close(ctx)
 }
 
-// addFileResult puts what the log join found into the summary, and says
-// on stderr which files could not be read or match badly.
-func addFileResult(sum *report.Summary, fr logjoin.FileResult, stderr io.Writer) {
+// warnLogs says on stderr which files of an offline join could not be read
+// or match badly.
+func warnLogs(stderr io.Writer, fr logjoin.FileResult) {
 	for _, err := range fr.ReadErrors {
 		fmt.Fprintf(stderr, "pqwatch: %v\n", err)
 	}
 	for _, l := range fr.Logs {
 		warnLogMatch(stderr, l)
 	}
-	AddLogResult(sum, fr)
 }
 
 // AddLogResult puts what a log join found into the summary: log_lines,

@@ -1,14 +1,12 @@
-package agent
+package pipeline
 
 import (
 	"encoding/json"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 
-	"github.com/pqwatch/pqwatch/capture"
 	"github.com/pqwatch/pqwatch/exporter"
 
 	"github.com/pqwatch/pqwatch/record"
@@ -21,7 +19,7 @@ func TestRecordIDs(t *testing.T) {
 	seen := map[string]bool{}
 	var mu sync.Mutex
 	for start := range 3 { // three agent starts
-		ids := newRecordIDs("edge-7")
+		ids := NewIDs("edge-7")
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
@@ -47,7 +45,7 @@ func TestRecordIDs(t *testing.T) {
 	if len(seen) != 12000 {
 		t.Errorf("%d distinct ids, want 12000", len(seen))
 	}
-	ids := newRecordIDs("")
+	ids := NewIDs("")
 	var a, b record.Handshake
 	ids.stamp(&a)
 	ids.stamp(&b)
@@ -65,15 +63,5 @@ func TestRecordIDs(t *testing.T) {
 	}
 	if js, err := json.Marshal(a); err != nil || !strings.Contains(string(js), `"id":"`+a.RecordID()+`"`) {
 		t.Errorf("json.Marshal: %s %v", js, err)
-	}
-}
-
-// TestCaptureFilterLabels: the label values of pqwatch_capture_filter_info
-// are the capture's filter kinds.
-func TestCaptureFilterLabels(t *testing.T) {
-	for _, k := range []string{capture.FilterClassic, capture.FilterEBPF} {
-		if !slices.Contains(exporter.CaptureFilters, k) {
-			t.Errorf("filter kind %q is not a label value of pqwatch_capture_filter_info (%v)", k, exporter.CaptureFilters)
-		}
 	}
 }
