@@ -278,7 +278,7 @@ func New(cfg Config) (a *Agent, err error) {
 			pc.AfterJoin = append(pc.AfterJoin, func(next func(*record.Handshake)) pipeline.Stage { return lp.Then(next) })
 		}
 		pc.AfterJoin = append(pc.AfterJoin, func(next func(*record.Handshake)) pipeline.Stage {
-			return &joinCheck{next: next, metrics: a.metrics, log: a.log}
+			return exporter.NewJoinCheck(a.metrics, a.log, next)
 		})
 	}
 	if cfg.JSONL != nil {
@@ -362,31 +362,6 @@ func parseReasons() []string {
 		r = append(r, "quic_"+q)
 	}
 	return append(r, "panic")
-}
-
-// joinCheck follows the log join: it counts joins and lets the instrument
-// check itself (nginx's own $ssl_curve against the group on the wire).
-type joinCheck struct {
-	next    func(*record.Handshake)
-	metrics *exporter.Metrics
-	log     *slog.Logger
-}
-
-func (c *joinCheck) Flush() {}
-
-func (c *joinCheck) Process(r *record.Handshake) {
-	if r.Outcome == record.OutcomeOK {
-		if r.Log != nil {
-			c.metrics.LogJoin(exporter.JoinJoined)
-			if r.Log.SSLCurve != "" && r.Group != "" && logjoin.IANAGroupName(r.Log.SSLCurve) != r.Group {
-				c.metrics.LogJoin(exporter.JoinMismatch)
-				c.log.Warn("nginx $ssl_curve disagrees with the wire", "client", r.ClientText(), "ssl_curve", r.Log.SSLCurve, "wire", r.Group)
-			}
-		} else {
-			c.metrics.LogJoin(exporter.JoinUnmatched)
-		}
-	}
-	c.next(r)
 }
 
 // JoinStats reports the access-log join (zero when no logs are tailed).
