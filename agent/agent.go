@@ -250,7 +250,7 @@ func New(cfg Config) (a *Agent, err error) {
 	}
 	pc := pipeline.Config{
 		Source: &pipeline.Rings{Capture: capt, N: n, BatchEnd: a.batchEnd}, Sniffer: sc,
-		IDs: pipeline.NewIDs(cfg.Node), Merge: &merge.Config{HoldNow: multiView(cfg.Ifaces)},
+		IDs: pipeline.NewIDs(cfg.Node), Merge: &merge.Config{HoldNow: multiView(cfg.Ifaces), Hold: mergeHold(cfg.Ifaces, n, cfg.BlockTimeout)},
 		Taps:    []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)},
 		Recycle: cfg.RecycleRecords, Logger: cfg.Logger,
 	}
@@ -746,6 +746,20 @@ func (a *Agent) Result() pipeline.Result {
 		}
 	}
 	return r
+}
+
+// mergeHold is how long a record waits for its twins (merge.Config.Hold).
+// With one ring (one interface, or "any", and one worker) the views of a
+// handshake come in capture order: merge.Hold. With several (a ring per
+// interface, or several workers, each handing its packets over a ring
+// block at a time), a quiet ring's block waits up to the block timeout
+// while a busy one's views go ahead: the hold covers that, or the view
+// released first would be the one kept whichever it is.
+func mergeHold(ifaces []string, workers int, blockTimeout time.Duration) time.Duration {
+	if len(ifaces) == 1 && workers <= 1 {
+		return merge.Hold
+	}
+	return cmp.Or(blockTimeout, capture.DefaultBlockTimeout) + merge.Hold
 }
 
 // multiView says whether a handshake may be seen twice from the start: a

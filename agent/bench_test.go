@@ -74,7 +74,7 @@ func handshakePath(b *testing.B, release bool) {
 		shift := time.Duration(round) * span
 		w := a.pipe.Workers()[0]
 		for _, p := range pkts {
-			w.Packet(p.ts.Add(shift), sniffer.LinkEthernet, p.data)
+			w.Packet(p.ts.Add(shift), sniffer.LinkEthernet, 0, p.data)
 		}
 		w.BatchEnd()
 		a.batchEnd(0)

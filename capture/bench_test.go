@@ -33,7 +33,7 @@ func newLoopRig(tb testing.TB, workers int) *loopRig {
 	// or not the socket buffer overflows.
 	up := port(pc.LocalAddr())
 	r := &loopRig{payload: make([]byte, 512)}
-	handle := func(int, time.Time, int, []byte) { r.handled.Add(1) }
+	handle := func(int, int, time.Time, int, []byte) { r.handled.Add(1) }
 	c, err := New(Config{Ifaces: []string{"lo"}, Ports: []uint16{up}, Workers: workers, BlockSize: 1 << 18, NumBlocks: 64})
 	if err != nil {
 		tb.Fatal(err)
@@ -163,7 +163,7 @@ func TestIdleAndPanics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var calls atomic.Int64
-	startRun(t, c, func(int, time.Time, int, []byte) { calls.Add(1); panic("boom") })
+	startRun(t, c, func(int, int, time.Time, int, []byte) { calls.Add(1); panic("boom") })
 	for range 10 {
 		unix.Write(r.fd, r.payload)
 	}

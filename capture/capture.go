@@ -403,15 +403,17 @@ func (c *Capture) Interfaces() []string {
 // Handler receives one packet. worker is the fanout member that read it
 // (0..Workers-1): all packets of a flow, both directions, on one interface
 // go to the same worker, and a worker never runs two calls at once. data is
-// only valid during the call (it points into the ring).
-type Handler func(worker int, ts time.Time, linkType int, data []byte)
+// only valid during the call (it points into the ring). ifindex is the
+// interface whose ring it came from, 0 for a capture of every interface
+// ("any", one ring that sees each packet on each interface it crosses).
+type Handler func(worker, ifindex int, ts time.Time, linkType int, data []byte)
 
 // Run reads the rings until ctx is cancelled, calling handle for every
 // packet, and follows link changes (unless capturing "any"). After ctx ends
 // it reads on for one block timeout (at most 5 s), so that packets captured
 // before the stop are delivered, then closes all rings and returns. Run may
 // be called once.
-func (c *Capture) Run(ctx context.Context, handle func(worker int, ts time.Time, linkType int, data []byte)) error {
+func (c *Capture) Run(ctx context.Context, handle Handler) error {
 	return c.RunBatches(ctx, handle, nil)
 }
 

@@ -80,7 +80,7 @@ func livePacketsPerHandshake(t *testing.T, iface string) {
 			var recs []*record.Handshake
 			sn := sniffer.New(sniffer.Config{OnRecord: func(r *record.Handshake) { recs = append(recs, r) }})
 			c, stop := startCapture(t, "", Config{Ifaces: []string{iface}, Ports: []uint16{port(ln.Addr())}, Workers: 1, SkipNoise: true, Filter: filter, BlockTimeout: 10 * time.Millisecond},
-				func(_ int, ts time.Time, link int, data []byte) {
+				func(_, _ int, ts time.Time, link int, data []byte) {
 					mu.Lock()
 					sn.Packet(ts, link, data)
 					mu.Unlock()

@@ -105,7 +105,7 @@ func newCollector(workers int) *collector {
 	return &collector{inCall: make([]atomic.Int32, workers)}
 }
 
-func (c *collector) handle(worker int, ts time.Time, linkType int, data []byte) {
+func (c *collector) handle(worker, _ int, ts time.Time, linkType int, data []byte) {
 	if c.inCall[worker].Add(1) != 1 {
 		c.overlap.Add(1)
 	}
@@ -130,7 +130,7 @@ func (c *collector) snapshot() []seen {
 
 // startCapture builds a Capture inside namespace ns ("" = current) and runs
 // it; the returned stop cancels and waits for Run.
-func startCapture(t *testing.T, ns string, cfg Config, handle func(int, time.Time, int, []byte)) (*Capture, func()) {
+func startCapture(t *testing.T, ns string, cfg Config, handle func(int, int, time.Time, int, []byte)) (*Capture, func()) {
 	t.Helper()
 	var c *Capture
 	mk := func() (err error) { c, err = New(cfg); return }
@@ -469,7 +469,7 @@ func TestDrops(t *testing.T) {
 	uc := udpListen(t, p.S, p.SAddr+":0")
 	up := port(uc.LocalAddr())
 	var handled atomic.Int64
-	slow := func(int, time.Time, int, []byte) {
+	slow := func(int, int, time.Time, int, []byte) {
 		handled.Add(1)
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -611,7 +611,7 @@ func TestRunBatches(t *testing.T) {
 		batches atomic.Int64
 		bad     atomic.Value
 	)
-	handle := func(w int, _ time.Time, _ int, _ []byte) {
+	handle := func(w, _ int, _ time.Time, _ int, _ []byte) {
 		mu.Lock()
 		open[w]++
 		mu.Unlock()

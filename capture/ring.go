@@ -27,6 +27,7 @@ type ring struct {
 	tp       *afpacket.TPacket
 	fd       int
 	linkType int
+	ifindex  int // the group's interface (0: every interface, "any")
 	// rd reads the ring (afpacket.TPacket set it up; its reader is not
 	// used: see blockReader).
 	rd *blockReader
@@ -271,7 +272,7 @@ func openGroup(ns netns.NsHandle, ifindex int, name string, ether bool, loop int
 				tp.Close()
 				return fmt.Errorf("capture: %s: %w", name, err)
 			}
-			g.rings = append(g.rings, &ring{tp: tp, fd: fd, linkType: g.linkType, rd: rd})
+			g.rings = append(g.rings, &ring{tp: tp, fd: fd, linkType: g.linkType, ifindex: ifindex, rd: rd})
 		}
 		return nil
 	})

@@ -199,7 +199,7 @@ func (w *worker) run(ctx context.Context, handle Handler, batchEnd func(worker i
 					break // nothing ready
 				}
 				got = true
-				w.deliver(handle, ts, r.linkType, data)
+				w.deliver(handle, ts, r.linkType, r.ifindex, data)
 			}
 		}
 		if got {
@@ -265,7 +265,7 @@ func (w *worker) readable() bool {
 
 // deliver calls handle, recovering and counting a panic so one bad packet
 // does not stop the capture.
-func (w *worker) deliver(handle Handler, ts time.Time, linkType int, data []byte) {
+func (w *worker) deliver(handle Handler, ts time.Time, linkType, ifindex int, data []byte) {
 	defer func() {
 		if p := recover(); p != nil {
 			if w.c.panics.Add(1) == 1 {
@@ -273,5 +273,5 @@ func (w *worker) deliver(handle Handler, ts time.Time, linkType int, data []byte
 			}
 		}
 	}()
-	handle(w.id, ts, linkType, data)
+	handle(w.id, ifindex, ts, linkType, data)
 }

@@ -103,8 +103,8 @@ func (r *Rings) Workers() int { return r.N }
 // Run captures until ctx ends (and the rings' drain after it).
 func (r *Rings) Run(ctx context.Context, p *Pipeline) error {
 	ws := p.workers
-	return r.Capture.RunBatches(ctx, func(i int, ts time.Time, link int, data []byte) {
-		ws[i].Packet(ts, link, data)
+	return r.Capture.RunBatches(ctx, func(i, ifindex int, ts time.Time, link int, data []byte) {
+		ws[i].Packet(ts, link, ifindex, data)
 	}, func(i int) {
 		ws[i].BatchEnd()
 		if r.BatchEnd != nil {

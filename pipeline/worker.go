@@ -21,12 +21,14 @@ type Worker struct {
 // Packet feeds one packet to the sniffer. It takes the worker's lock at a
 // batch's first packet and keeps it until BatchEnd: one lock and unlock per
 // ring block, not per packet. Only the worker's own goroutine calls it.
-func (w *Worker) Packet(ts time.Time, link int, data []byte) {
+// ifindex is the interface of a capture with one ring per interface
+// (sniffer.PacketOn), else 0.
+func (w *Worker) Packet(ts time.Time, link, ifindex int, data []byte) {
 	if !w.held {
 		w.mu.Lock()
 		w.held = true
 	}
-	w.sn.Packet(ts, link, data)
+	w.sn.PacketOn(ts, link, ifindex, data)
 }
 
 // BatchEnd releases what Packet took for the batch (also after a packet

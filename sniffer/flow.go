@@ -13,15 +13,20 @@ import (
 
 // flowKey is a TCP connection's endpoints in canonical order (lo < hi), so
 // both directions find the same flow.
+// flowKey is a TCP connection as one interface's capture sees it: the
+// views of one connection on several interfaces (a node's uplink, bridge
+// and pod veth, captured with one ring each and read block by block, not in
+// time order) are flows of their own, merged later (package merge).
 type flowKey struct {
 	lo, hi netip.AddrPort
+	iface  int32 // PacketOn's interface; 0: one capture of every interface, or a file
 }
 
-func makeKey(src, dst netip.AddrPort) (flowKey, int) {
+func makeKey(src, dst netip.AddrPort, iface int32) (flowKey, int) {
 	if c := src.Addr().Compare(dst.Addr()); c < 0 || (c == 0 && src.Port() < dst.Port()) {
-		return flowKey{src, dst}, 0
+		return flowKey{src, dst, iface}, 0
 	}
-	return flowKey{dst, src}, 1
+	return flowKey{dst, src, iface}, 1
 }
 
 // Flow state.
@@ -84,7 +89,7 @@ const (
 func (s *Sniffer) tcp(ts time.Time, p *packet) *flow {
 	src := netip.AddrPortFrom(p.src, p.sport)
 	dst := netip.AddrPortFrom(p.dst, p.dport)
-	key, d := makeKey(src, dst)
+	key, d := makeKey(src, dst, s.iface)
 	f, h := s.flows.get(key)
 	if f != nil && p.flags&(flagSYN|flagACK) == flagSYN && (f.state == stFinished || f.state == stIgnore) &&
 		!(f.synSeen[d] && f.synSeq[d] == p.seq) {

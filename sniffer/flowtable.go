@@ -38,7 +38,7 @@ func (t *flowTable) hash(k flowKey) uint64 {
 	le := binary.LittleEndian
 	x := mix(le.Uint64(a[:8])^t.seed[0], le.Uint64(a[8:])^t.seed[1])
 	y := mix(le.Uint64(b[:8])^t.seed[2], le.Uint64(b[8:])^t.seed[3])
-	return mix(x^y^t.seed[4], (uint64(k.lo.Port())<<16|uint64(k.hi.Port()))^t.seed[5])
+	return mix(x^y^t.seed[4], (uint64(uint32(k.iface))<<32|uint64(k.lo.Port())<<16|uint64(k.hi.Port()))^t.seed[5])
 }
 
 // mix is the 128-bit product of a and b, folded to 64 bits.

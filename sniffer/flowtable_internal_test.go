@@ -10,7 +10,7 @@ import (
 // is deleted, whichever goes first.
 func TestFlowTableCollision(t *testing.T) {
 	key := func(s string) flowKey {
-		k, _ := makeKey(netip.MustParseAddrPort(s), netip.MustParseAddrPort("192.0.2.1:443"))
+		k, _ := makeKey(netip.MustParseAddrPort(s), netip.MustParseAddrPort("192.0.2.1:443"), 0)
 		return k
 	}
 	// An IPv4 flow and one of its v4-mapped IPv6 form share a flatKey,
@@ -62,7 +62,7 @@ func BenchmarkFlowTableGet(b *testing.B) {
 	tab := newFlowTable(0)
 	keys := make([]flowKey, 256)
 	for i := range keys {
-		keys[i], _ = makeKey(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), uint16(40000+i)), netip.MustParseAddrPort("192.0.2.1:443"))
+		keys[i], _ = makeKey(netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)}), uint16(40000+i)), netip.MustParseAddrPort("192.0.2.1:443"), 0)
 		_, h := tab.get(keys[i])
 		tab.put(&flow{key: keys[i]}, h)
 	}

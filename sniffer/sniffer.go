@@ -107,6 +107,7 @@ type Sniffer struct {
 	free       []*flow
 	pool       bufPool // freed stream buffers, bounded in bytes
 	pkt        packet
+	iface      int32         // the interface of the packet at hand (PacketOn)
 	ports      *[1024]uint64 // bitset of Config.Ports, nil = all
 	quic       *quic.ConnTable
 	lastExpire time.Time
@@ -223,7 +224,15 @@ func New(cfg Config) *Sniffer {
 
 // Packet processes one captured frame. data may be reused by the caller
 // after Packet returns.
-func (s *Sniffer) Packet(ts time.Time, link int, data []byte) {
+func (s *Sniffer) Packet(ts time.Time, link int, data []byte) { s.PacketOn(ts, link, 0, data) }
+
+// PacketOn is Packet for a packet captured on interface iface (an index
+// above 0) by a capture with one ring per interface: a connection seen on
+// several interfaces is a flow on each, never one flow fed two
+// interleaved copies of its packets. 0: the interface is not known or does
+// not matter (a capture of every interface in one ring, a file).
+func (s *Sniffer) PacketOn(ts time.Time, link, iface int, data []byte) {
+	s.iface = int32(iface)
 	s.stats.Packets++
 	s.stats.Bytes += uint64(len(data))
 	if ts.After(s.now) {

@@ -103,12 +103,10 @@ func TestKubernetesNode(t *testing.T) {
 		{name: "local-any", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any"},
 		{name: "local-default", server: "nginx", wrap: testenv.WrapCRI, local: true},
 		{name: "cluster-any", server: "nginx", wrap: testenv.WrapCRI, iface: "any"},
-		// Known limitation (docs/limitations.md): with one ring per
-		// interface, read block by block rather than in time order, and a
-		// bridge whose netfilter undoes the SNAT before the reply reaches
-		// it, every view of the pod's side ends reset. -iface any (the
-		// DaemonSet's setting) reads one ring in time order.
-		{name: "cluster-default", server: "nginx", wrap: testenv.WrapCRI, known: "with SNAT and one ring per interface the pod-side views end reset (per-interface rings are not read in time order): use -iface any, the DaemonSet's setting"},
+		// One ring per interface, read block by block rather than in time
+		// order: each interface's view is a flow of its own, and the
+		// merge waits a block timeout for the views of the quiet rings.
+		{name: "cluster-default", server: "nginx", wrap: testenv.WrapCRI},
 		{name: "cluster-any-jsonfile", server: "nginx", wrap: testenv.WrapJSONFile, iface: "any"},
 		{name: "cluster-any-caddy", server: "caddy", wrap: testenv.WrapCRI, iface: "any",
 			noGen: "Caddy in a pod under the DaemonSet's capabilities: 9-12 of 40 records have its generation, the rest none (not understood yet)"},
