@@ -42,6 +42,7 @@ func (r Result) Finish(sum *report.Summary) {
 	}
 	sum.Packets = r.Sniffer.Packets
 	sum.PacketsOutsidePorts = r.Sniffer.Filtered
+	sum.ViewsMerged, sum.ViewsLate = r.Merge.Merged, r.Merge.Late
 	AddSnifferErrors(sum.Errors, r.Sniffer)
 	if r.Log != nil {
 		AddLogResult(sum, *r.Log)

@@ -91,6 +91,11 @@ type Summary struct {
 	Packets            uint64                 `json:"packets"`
 	// PacketsOutsidePorts were skipped by -ports.
 	PacketsOutsidePorts uint64     `json:"packets_outside_ports,omitempty"`
+	// ViewsMerged are the records merged into another: the same handshake
+	// seen on several interfaces or address pairs (before and after a
+	// NAT); ViewsLate, the views dropped as twins that came too late.
+	ViewsMerged uint64 `json:"views_merged,omitempty"`
+	ViewsLate   uint64 `json:"views_late,omitempty"`
 	Span                *Span      `json:"span,omitempty"` // capture time of the packets read
 	Files               []FileInfo `json:"files,omitempty"`
 	// Log joins (present when access logs were given).
@@ -563,6 +568,13 @@ func (s *Summary) writeInput(b *strings.Builder) {
 	}
 	if s.PacketsOutsidePorts > 0 {
 		fmt.Fprintf(b, "outside -ports     %d packets skipped\n", s.PacketsOutsidePorts)
+	}
+	if s.ViewsMerged+s.ViewsLate > 0 {
+		fmt.Fprintf(b, "views merged       %d (one record per handshake seen on several interfaces or address pairs)", s.ViewsMerged)
+		if s.ViewsLate > 0 {
+			fmt.Fprintf(b, ", %d late twins dropped", s.ViewsLate)
+		}
+		b.WriteString("\n")
 	}
 	if s.Handshakes == 0 && s.Packets > 0 {
 		if s.PacketsOutsidePorts > 0 {

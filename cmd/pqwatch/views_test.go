@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/netip"
 	"os"
@@ -165,8 +166,14 @@ func TestAnalyzeNodeViews(t *testing.T) {
 
 	// The summary counts each handshake once.
 	code, stdout, _ = run(t, "analyze", "-format", "json", path)
-	var sum struct{ Handshakes int }
-	if err := json.Unmarshal([]byte(stdout), &sum); code != 0 || err != nil || sum.Handshakes != n {
-		t.Errorf("summary: exit %d, %v, handshakes %d, want %d", code, err, sum.Handshakes, n)
+	var sum struct {
+		Handshakes  int
+		ViewsMerged int `json:"views_merged"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &sum); code != 0 || err != nil || sum.Handshakes != n || sum.ViewsMerged != n {
+		t.Errorf("summary: exit %d, %v, handshakes %d, views merged %d, want %d and %d", code, err, sum.Handshakes, sum.ViewsMerged, n, n)
+	}
+	if code, stdout, _ = run(t, "analyze", path); code != 0 || !strings.Contains(stdout, fmt.Sprintf("views merged       %d (", n)) {
+		t.Errorf("text summary (exit %d) does not say %d views were merged:\n%s", code, n, stdout)
 	}
 }
