@@ -10,9 +10,12 @@ import (
 	"time"
 
 	"github.com/pqwatch/pqwatch/agent"
+	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/proctrack"
+	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/report"
 )
 
 // TestGenerationCountedWhenSeen: pqwatch_generation_handshakes_total does
@@ -48,6 +51,9 @@ func generationCounted(t *testing.T, noAccept bool) {
 	}
 	cfg := agent.Config{Ifaces: []string{pair.SIf}, Ports: []uint16{443}, Workers: 1, TrackProcesses: true, NoAcceptEvents: noAccept,
 		NginxLogs: []agent.NginxLog{{Path: l.access, Format: logFormat}}, Listener: ml, RecycleRecords: true}
+	// The run summary, as `pqwatch run -format json` keeps it.
+	sum := report.New(forecast.DefaultPolicy)
+	cfg.Sinks = []record.Sink{sum}
 	var a *agent.Agent
 	if err := testenv.InNS(pair.S, func() (err error) { a, err = agent.New(cfg); return err }); err != nil {
 		t.Fatal(err)
@@ -55,7 +61,17 @@ func generationCounted(t *testing.T, noAccept bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer stop()
 	var gen string
 	waitUntil(t, 10*time.Second, "the generation found", func() bool {
 		for _, g := range a.Processes().Generations() {
@@ -70,6 +86,7 @@ func generationCounted(t *testing.T, noAccept bool) {
 	server := net.JoinHostPort(pair.SAddr, "443")
 	const n = 40
 	made := 0
+	first := time.Now()
 	testenv.InNS(pair.C, func() error {
 		for i := range n {
 			if i%2 == 0 {
@@ -118,11 +135,36 @@ func generationCounted(t *testing.T, noAccept bool) {
 	// and outside a quiet period (other tests' nginx swap on a CI host)
 	// has no generation at all: not a lag, and not this test's subject.
 	src, _ := a.Processes().AttributionSource()
+	want := float64(made)
 	if src != proctrack.SourceEBPF && got >= 0.8*float64(made) && lag <= 10*time.Second {
 		t.Logf("attribution by %s: %v of %d attributed and counted", src, got, made)
-		return
-	}
-	if got != float64(made) || made < n-2 || lag > 5*time.Second {
+		want = got
+	} else if got != float64(made) || made < n-2 || lag > 5*time.Second {
 		t.Errorf("pqwatch_generation_handshakes_total{generation=%q} = %v %v after the last handshake, want %d (the clients' handshakes) within seconds", gen, got, lag.Round(time.Millisecond), made)
+	}
+
+	// The run summary's generations say the same: the generation's row
+	// counts what the metric counted (the clients' handshakes with accept
+	// events), all completed, none hybrid (Debian 12's nginx on OpenSSL
+	// 3.0), first and last seen around the clients' run.
+	stop()
+	a.Result().Finish(sum)
+	var row *report.GenerationRow
+	for _, g := range sum.Generations {
+		if g.ID == gen {
+			row = g
+		} else if g.Handshakes > 0 {
+			t.Errorf("summary: generation %s has %d handshakes; only %s served", g.ID, g.Handshakes, gen)
+		}
+	}
+	switch {
+	case row == nil:
+		t.Errorf("summary: no row for generation %s (rows %+v)", gen, sum.Generations)
+	case float64(row.Handshakes) != want || row.Completed != row.Handshakes || row.PQ != 0 || row.OpenSSL == "" ||
+		row.FirstSeen.Before(first) || row.LastSeen.After(last.Add(time.Second)):
+		t.Errorf("summary row %+v: want %v handshakes, all completed, none PQ, its OpenSSL, seen between %v and %v", *row, want, first, last)
+	default:
+		t.Logf("summary row: %s %s: %d handshakes, %d completed, first %v, last %v", row.ID, row.OpenSSL, row.Handshakes, row.Completed,
+			row.FirstSeen.Format(time.StampMilli), row.LastSeen.Format(time.StampMilli))
 	}
 }
