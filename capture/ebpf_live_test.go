@@ -6,6 +6,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,7 +78,9 @@ func livePacketsPerHandshake(t *testing.T, iface string) {
 			}
 		}()
 		var per [2]float64
+		var retrans uint64 // TCP segments the host retransmitted during the eBPF run
 		for i, filter := range []string{FilterClassic, FilterEBPF} {
+			before := retransSegs(t)
 			var mu sync.Mutex
 			var recs []*record.Handshake
 			sn := sniffer.New(sniffer.Config{OnRecord: func(r *record.Handshake) { recs = append(recs, r) }})
@@ -119,14 +124,48 @@ func livePacketsPerHandshake(t *testing.T, iface string) {
 			}
 			mu.Unlock()
 			per[i] = float64(pkts) / n
+			if filter == FilterEBPF {
+				retrans = retransSegs(t) - before
+			}
 		}
 		ln.Close()
 		t.Logf("%-34s packets per handshake reaching user space on %s: classic filter %.1f, eBPF filter %.1f", k.name, iface, per[0], per[1])
-		if k.eBPF > 0 && per[1] != float64(k.eBPF) {
-			t.Errorf("%s: %.1f packets per handshake with the eBPF filter, want %d", k.name, per[1], k.eBPF)
+		// A segment retransmitted meanwhile (a loaded host: a SYN or a
+		// ClientHello whose ACK came late) is one packet more.
+		if k.eBPF > 0 && (per[1] < float64(k.eBPF) || per[1] > float64(k.eBPF)+float64(retrans)/n) {
+			t.Errorf("%s: %.1f packets per handshake with the eBPF filter, want %d (and %d retransmitted segments in %d handshakes)", k.name, per[1], k.eBPF, retrans, n)
 		}
 		if per[1] > per[0] {
 			t.Errorf("%s: the eBPF filter delivers more packets (%.1f) than the classic (%.1f)", k.name, per[1], per[0])
 		}
 	}
+}
+
+// retransSegs is the host's (the network namespace's) count of TCP segments
+// retransmitted, from /proc/net/snmp.
+func retransSegs(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/snmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = f
+			continue
+		}
+		for i, n := range names {
+			if n == "RetransSegs" && i < len(f) {
+				v, _ := strconv.ParseUint(f[i], 10, 64)
+				return v
+			}
+		}
+	}
+	t.Fatal("/proc/net/snmp has no Tcp: RetransSegs")
+	return 0
 }
