@@ -45,6 +45,7 @@ var allowed = map[string][]string{
 	"internal/benchlive": {"*"},
 	"internal/gencap":    {"pcapgen"},
 	"internal/layering":  nil,
+	"internal/typesize":  nil,
 	"conformance":        {"*"},
 	"e2e":                {"*"},
 	"deploy":             {"*"},
