@@ -20,23 +20,10 @@ const (
 // acceptSource is the tracker's accept events: opened once, by the first
 // NewAttribution (the live stage), closed with the tracker.
 type acceptSource struct {
-	once     sync.Once
-	started  atomic.Bool
-	a        atomic.Pointer[Accepts]
-	reason   string // why fallback; set before started
-	byAccept atomic.Uint64
-	// unknownPid counts accepts found whose process the tracker did not
-	// know (yet): the record waited for a scan or fell back.
-	unknownPid atomic.Uint64
-
-	// quiet is the recent quiet epochs (the last one current unless it
-	// has ended: every accept reported since), byQuiet the records they
-	// answered. quietMu serialises setQuiet; quietErr is logged once.
-	quiet    atomic.Pointer[quietHistory]
-	attached time.Time // when the program was attached: no accept before it was reported
-	byQuiet  atomic.Uint64
-	quietMu  sync.Mutex
-	quietErr bool
+	once    sync.Once
+	started atomic.Bool
+	a       atomic.Pointer[Accepts]
+	reason  string // why fallback; set before started
 
 	// seen remembers the generation of every process of recent scans, for
 	// accepts by processes that exited since (a worker that drained after
@@ -53,6 +40,9 @@ type seenPid struct {
 
 // seenTTL is how long an exited process's generation is remembered.
 const seenTTL = time.Minute
+
+// on says whether the accept events are open.
+func (s *acceptSource) on() bool { return s.a.Load() != nil }
 
 func (s *acceptSource) close() {
 	if a := s.a.Swap(nil); a != nil {
@@ -76,9 +66,9 @@ func (x *attribIndex) startAccepts(off, all bool, maxAccepts int, log *slog.Logg
 			log.Warn("accept events (eBPF) unavailable: attributing by process scans and socket lookups; swap windows may go unattributed", "source", SourceFallback, "reason", err)
 			return
 		}
-		x.acc.attached = x.now()
+		x.epochs.attached = x.now()
 		x.acc.a.Store(a)
-		x.rescanSoon() // the next Tick scans, and chooses the quiet set
+		x.req.rescanSoon() // the next Tick scans, and chooses the quiet set
 		if all {
 			log.Info("attributing handshakes from the kernel's accept events, every accept reported", "source", SourceEBPF)
 		} else {
@@ -132,23 +122,24 @@ func (x *attribIndex) acceptOrQuiet(r *record.Handshake) (g *record.Generation, 
 		a.NoEventSince(serverPort(r), r.FlowStart.Add(-acceptMargin).UnixNano()) {
 		// Every committed event is indexed and none is on the record's
 		// port since its SYN: the lookup would miss, for good.
-		if qg, ok := x.quietAccept(r, missed); ok {
+		if qg, ok := x.epochs.answer(r, missed); ok {
 			return qg, acceptFound, true
 		}
 		return nil, acceptMiss, false
 	}
-	g, res = x.attributeAccept(r)
+	v := x.view.Load()
+	g, res = x.attributeAccept(r, v)
 	if res == acceptMiss {
 		// A sync that indexed nothing new says nothing of the lookup
 		// before it (a concurrent drain may have indexed the event since):
 		// only the state before the last lookup counts.
 		if more, d, m := a.sync(); more {
-			g, res = x.attributeAccept(r)
+			g, res = x.attributeAccept(r, x.view.Load())
 			drained, missed = d, m
 		}
 	}
 	if res == acceptMiss && drained {
-		if qg, ok := x.quietAccept(r, missed); ok {
+		if qg, ok := x.epochs.answer(r, missed); ok {
 			return qg, acceptFound, true
 		}
 	}
@@ -166,8 +157,9 @@ const (
 )
 
 // attributeAccept looks up the accept of a TCP record's connection and the
-// generation of the process that accepted it.
-func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, acceptResult) {
+// generation of the process that accepted it, as of v's scan (or one of
+// the last seenTTL).
+func (x *attribIndex) attributeAccept(r *record.Handshake, v *scanView) (*record.Generation, acceptResult) {
 	a := x.acc.a.Load()
 	if a == nil || r.Transport != record.TransportTCP {
 		return nil, acceptOff
@@ -192,15 +184,15 @@ func (x *attribIndex) attributeAccept(r *record.Handshake) (*record.Generation, 
 	}
 	// Found: the record is attributed to g (now, or by Run once the
 	// tracker is free), so the accept is claimed.
-	if g, ok := x.generationOf(e.TGID); ok {
+	if g, ok := v.byPID[e.TGID]; ok {
 		a.Claim(e)
 		return g, acceptFound
 	}
-	if g, ok := x.rememberedGeneration(e.TGID); ok {
+	if g, ok := x.acc.rememberedGeneration(e.TGID); ok {
 		a.Claim(e)
 		return g, acceptFound
 	}
-	x.rescanSoon()
+	x.req.rescanSoon()
 	return nil, acceptUnknown
 }
 
@@ -234,20 +226,33 @@ type quietHistory struct {
 // maxQuietEpochs bounds the history.
 const maxQuietEpochs = 4
 
+// quietEpochs is the kernel's quiet set over time: hist, the recent
+// epochs (the last one current unless it has ended: every accept reported
+// since), read per record without a lock; mu serialises set, the
+// scanner's; errSaid: a failed write was logged (once).
+type quietEpochs struct {
+	hist     atomic.Pointer[quietHistory]
+	attached time.Time // when the program was attached: no accept before it was reported
+	mu       sync.Mutex
+	errSaid  bool
+}
+
 // setQuiet makes pids (the serving processes of gen, sorted; ports, the
 // TCP ports gen listens on, sorted) the kernel's quiet set, or reports
 // every accept again when pids is empty. An epoch whose set, generation
 // and ports are unchanged, and whose kernel missed nothing, goes on.
 func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint16, log *slog.Logger) {
-	a := x.acc.a.Load()
-	if a == nil || a.kernel == nil { // no kernel: nothing goes unreported
-		return
+	if a := x.acc.a.Load(); a != nil && a.kernel != nil { // no kernel: nothing goes unreported
+		x.epochs.set(a, pids, gen, ports, x.now, log)
 	}
-	s := &x.acc
-	s.quietMu.Lock()
-	defer s.quietMu.Unlock()
+}
+
+// set is setQuiet on the accept program a.
+func (s *quietEpochs) set(a *Accepts, pids []int, gen *record.Generation, ports []uint16, now func() time.Time, log *slog.Logger) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var h quietHistory
-	if p := s.quiet.Load(); p != nil {
+	if p := s.hist.Load(); p != nil {
 		h = *p
 	}
 	var cur *quietEpoch
@@ -263,17 +268,17 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 			return
 		}
 	}
-	from := x.now()
+	from := now()
 	n := a.Missed()
 	err := a.SetQuiet(pids)
 	if err != nil {
-		if !s.quietErr {
-			s.quietErr = true
+		if !s.errSaid {
+			s.errSaid = true
 			log.Warn("accept events: the quiet set could not be written: every accept is reported", "err", err)
 		}
 		a.SetQuiet(nil)
 	}
-	to := x.now()
+	to := now()
 	next := quietHistory{epochs: make([]quietEpoch, 0, maxQuietEpochs), floor: h.floor}
 	keep := max(0, len(h.epochs)-maxQuietEpochs+1)
 	for i, e := range h.epochs {
@@ -289,10 +294,10 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 	if err == nil && len(pids) > 0 {
 		next.epochs = append(next.epochs, quietEpoch{from: from, missed: n, pids: pids, gen: gen, ports: ports})
 	}
-	s.quiet.Store(&next)
+	s.hist.Store(&next)
 }
 
-// quietAccept answers a TCP record whose accept event is not in the index
+// answer answers a TCP record whose accept event is not in the index
 // for good (missed: the kernel's missed count when that was known): the
 // quiet generation, when
 //   - a server answered the ClientHello (a ServerHello or a
@@ -309,12 +314,12 @@ func (x *attribIndex) setQuiet(pids []int, gen *record.Generation, ports []uint1
 //     and the program was attached before the connection began.
 //
 // WorkerPID is kept when those epochs had the same single process.
-func (x *attribIndex) quietAccept(r *record.Handshake, missed uint64) (*record.Generation, bool) {
-	p := x.acc.quiet.Load()
+func (s *quietEpochs) answer(r *record.Handshake, missed uint64) (*record.Generation, bool) {
+	p := s.hist.Load()
 	if p == nil || r.Transport != record.TransportTCP || (r.ServerHelloBytes == 0 && !r.HRR) || r.FlowStart.IsZero() {
 		return nil, false
 	}
-	if r.FlowStart.Before(x.acc.attached) {
+	if r.FlowStart.Before(s.attached) {
 		return nil, false // accepted, maybe, before any accept was reported
 	}
 	since := r.FlowStart.Add(-acceptMargin)
@@ -380,8 +385,7 @@ func (s *acceptSource) remember(byPID map[int]*record.Generation, now time.Time)
 
 // rememberedGeneration returns the generation pid served in until it
 // exited, as of the scans of the last seenTTL.
-func (x *attribIndex) rememberedGeneration(pid int) (*record.Generation, bool) {
-	s := &x.acc
+func (s *acceptSource) rememberedGeneration(pid int) (*record.Generation, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.seen[pid]

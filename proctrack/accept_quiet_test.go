@@ -101,9 +101,9 @@ func TestQuietAccept(t *testing.T) {
 	// epoch: a new generation's process is not quiet.
 	newGen := rec(in, 90, server)
 	acc.add(server, newGen.ClientAddrPort(), 21, 21, uint64(in.UnixNano())) // offset 0: the monotonic clock is the real one here
-	x.mu.Lock()
-	x.byPID[21] = &record.Generation{ID: genB.ID, MasterPID: 20, WorkerPID: 21}
-	x.mu.Unlock()
+	v := *x.view.Load()
+	v.byPID = map[int]*record.Generation{21: {ID: genB.ID, MasterPID: 20, WorkerPID: 21}}
+	x.view.Store(&v)
 	if g, res, quiet := x.acceptOrQuiet(newGen); res != acceptFound || quiet || g.WorkerPID != 21 {
 		t.Errorf("reported accept: %+v %v quiet %v, want worker 21 by its event", g, res, quiet)
 	}
@@ -187,7 +187,7 @@ func TestQuietAccept(t *testing.T) {
 	if g := ask(rec(step(time.Second), 90, server)); g != caddy || g.WorkerPID != 30 {
 		t.Errorf("single process: answered %+v", g)
 	}
-	h := x.acc.quiet.Load()
+	h := x.epochs.hist.Load()
 	if len(h.epochs) > maxQuietEpochs {
 		t.Errorf("%d epochs kept, bound %d", len(h.epochs), maxQuietEpochs)
 	}
@@ -227,7 +227,7 @@ func TestQuietSetLive(t *testing.T) {
 	if err := tr.Scan(); err != nil { // chooses the quiet set
 		t.Fatal(err)
 	}
-	h := tr.ix.acc.quiet.Load()
+	h := tr.ix.epochs.hist.Load()
 	if h == nil || len(h.epochs) != 1 || !slices.Equal(h.epochs[0].pids, []int{os.Getpid()}) || !slices.Contains(h.epochs[0].ports, server.Port()) {
 		t.Fatalf("quiet history %+v, want this process (%d) on port %d", h, os.Getpid(), server.Port())
 	}

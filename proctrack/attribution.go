@@ -101,11 +101,11 @@ func (a *Attribution) found(g *record.Generation, r *record.Handshake, wait, qui
 	if !a.t.observeAttributed(g, r, wait, quiet) {
 		return false
 	}
-	a.x.attributed.Add(1)
+	a.x.n.attributed.Add(1)
 	if quiet {
-		a.x.acc.byQuiet.Add(1)
+		a.x.n.byQuiet.Add(1)
 	} else {
-		a.x.acc.byAccept.Add(1)
+		a.x.n.byAccept.Add(1)
 	}
 	r.Generation = g // published generations are never changed: shared, not copied
 	a.next(r)
@@ -130,7 +130,7 @@ func (a *Attribution) queue(it attribItem) {
 			return
 		}
 		a.skipped.Add(1)
-		a.x.skipped.Add(1)
+		a.x.n.skipped.Add(1)
 		a.next(r)
 	}
 }
@@ -282,7 +282,7 @@ func (a *Attribution) mayBeQuiet(it attribItem) bool {
 	if r.FlowStart.IsZero() {
 		return false
 	}
-	if since, quiet, known := a.x.portQuietSince(serverAddrPort(r), false); known {
+	if since, quiet, known := a.x.listeners.portQuietSince(serverAddrPort(r), false); known {
 		// The port's own period: another server's change or swap
 		// elsewhere on the host does not end it.
 		return quiet && r.FlowStart.Add(-acceptMargin).After(since)
@@ -336,7 +336,7 @@ func (a *Attribution) fromAccept(it attribItem, last bool) acceptResult {
 		a.found(g, it.r, true, quiet)
 	case acceptUnknown:
 		if last {
-			a.x.acc.unknownPid.Add(1)
+			a.x.n.unknownPid.Add(1)
 		}
 	}
 	return res

@@ -103,10 +103,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(t.counts[k]), k)
 	}
 	ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(t.failed))
+	n := &t.ix.n
 	for _, m := range []struct {
 		method string
 		n      uint64
-	}{{"accept", t.ix.acc.byAccept.Load()}, {"accept_quiet", t.ix.acc.byQuiet.Load()}, {"quiet", t.ix.quiet.Load()}, {"socket", t.ix.bySocket.Load()}, {"listener", t.ix.byListener.Load()}, {"none", t.ix.unattributed.Load()}, {"skipped", t.ix.skipped.Load()}} {
+	}{{"accept", n.byAccept.Load()}, {"accept_quiet", n.byQuiet.Load()}, {"quiet", n.quiet.Load()}, {"socket", n.bySocket.Load()}, {"listener", n.byListener.Load()}, {"none", n.unattributed.Load()}, {"skipped", n.skipped.Load()}} {
 		ch <- prometheus.MustNewConstMetric(c.attrib, prometheus.CounterValue, float64(m.n), m.method)
 	}
 }

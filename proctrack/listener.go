@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,9 +17,16 @@ import (
 // listening socket, so short connections whose socket is already gone when
 // the capture reports them can still be attributed, and so quiet periods
 // need no per-connection lookup at all (AttributeQuiet).
+// The per-record reads are lock-free: portQuiets, each read port's quiet
+// period, is copied on change (rare). The scans' view says who serves.
 type listenerCache struct {
-	mu      sync.Mutex
-	entries map[listenerKey]listenerEntry
+	root string
+	diag *sockDiag
+	now  func() time.Time
+
+	mu         sync.Mutex
+	entries    map[listenerKey]listenerEntry
+	portQuiets atomic.Pointer[map[listenerKey]portQuiet]
 }
 
 // listenerKey is a server address and whether its sockets are UDP (QUIC).
@@ -71,33 +79,28 @@ const listenerTTL = time.Second
 // or a crash, which may be serving from the same listener); the scans are
 // asked to look.
 func (x *attribIndex) attributeListener(server netip.AddrPort, from time.Time) (*record.Generation, bool) {
-	x.mu.RLock()
-	qf, at := x.quietFrom, x.publishedAt
-	x.mu.RUnlock()
-	if qf.IsZero() {
+	v := x.view.Load()
+	if v.quietFrom.IsZero() {
 		return nil, false
 	}
-	if !x.treeCurrent() {
-		x.rescanSoon()
+	if !treeCurrent(x.root, v) {
+		x.req.rescanSoon()
 		return nil, false
 	}
-	o, since := x.portOwner(server, false, at)
-	if o.gen == nil || (!from.IsZero() && since.After(from)) || x.inSwap(o.gen) {
+	o, since := x.listeners.portOwner(v, server, false, v.scannedAt)
+	if o.gen == nil || (!from.IsZero() && since.After(from)) || v.inSwap(o.gen) {
 		return nil, false
 	}
 	return o.gen, true
 }
 
-// treeCurrent says whether every child of the last scan's nginx masters is
-// a process that scan knew. Without the children files it cannot tell,
+// treeCurrent says whether every child of the nginx masters of v's scan
+// is a process that scan knew. Without the children files it cannot tell,
 // and says yes (the listener's answer is then as of the last scan).
-func (x *attribIndex) treeCurrent() bool {
-	x.mu.RLock()
-	masters := x.masters
-	x.mu.RUnlock()
+func treeCurrent(root string, v *scanView) bool {
 	var buf [4096]byte
-	for _, m := range masters {
-		fd, err := openRead(x.root + "/" + strconv.Itoa(m) + "/task/" + strconv.Itoa(m) + "/children")
+	for _, m := range v.masters {
+		fd, err := openRead(root + "/" + strconv.Itoa(m) + "/task/" + strconv.Itoa(m) + "/children")
 		if err != nil {
 			continue // the master exited: its children are reparented, not new
 		}
@@ -114,7 +117,7 @@ func (x *attribIndex) treeCurrent() bool {
 			if err != nil {
 				continue
 			}
-			if _, ok := x.generationOf(pid); !ok {
+			if _, ok := v.byPID[pid]; !ok {
 				return false
 			}
 		}
@@ -127,22 +130,19 @@ func (x *attribIndex) treeCurrent() bool {
 // last change of the serving set for an address not read before (what it
 // was before that is unknown; since then the scans saw no change). The
 // caller holds the cache's lock.
-func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time, dump *[]diagSocket) listenerEntry {
-	c := &x.listeners
+func (c *listenerCache) refreshOwnerLocked(v *scanView, k listenerKey, now time.Time, dump *[]diagSocket) listenerEntry {
 	if c.entries == nil || len(c.entries) > 256 {
 		c.entries = make(map[listenerKey]listenerEntry)
 	}
-	x.mu.RLock()
-	qf := x.quietFrom
-	x.mu.RUnlock()
+	qf := v.quietFrom
 	prev, had := c.entries[k]
 	var o owner
 	if dump != nil {
-		o = x.ownerIn(*dump, k.addr)
+		o = c.ownerIn(v, *dump, k.addr)
 	} else {
-		o = x.listenerOwner(k.addr, k.udp)
+		o = c.listenerOwner(v, k.addr, k.udp)
 	}
-	e := listenerEntry{at: now, owner: o, sig: x.ownerSig(o), since: now}
+	e := listenerEntry{at: now, owner: o, sig: ownerSig(v, o), since: now}
 	switch {
 	case had && prev.sig == e.sig:
 		e.since = prev.since
@@ -150,7 +150,7 @@ func (x *attribIndex) refreshOwnerLocked(k listenerKey, now time.Time, dump *[]d
 		e.since = qf
 	}
 	c.entries[k] = e
-	x.publishPortQuiet(k, portQuiet{since: e.since, quiet: o.gen != nil && o.all && !x.inSwap(o.gen)})
+	c.publishPortQuiet(k, portQuiet{since: e.since, quiet: o.gen != nil && o.all && !v.inSwap(o.gen)})
 	return e
 }
 
@@ -163,8 +163,8 @@ type portQuiet struct {
 // publishPortQuiet makes q the quiet period of k for portQuietSince,
 // copying the map when it changed (at most 256 ports, as the cache). The
 // caller holds the cache's lock.
-func (x *attribIndex) publishPortQuiet(k listenerKey, q portQuiet) {
-	cur := x.portQuiets.Load()
+func (c *listenerCache) publishPortQuiet(k listenerKey, q portQuiet) {
+	cur := c.portQuiets.Load()
 	if cur != nil {
 		if old, ok := (*cur)[k]; ok && old.quiet == q.quiet && old.since.Equal(q.since) {
 			return
@@ -179,34 +179,45 @@ func (x *attribIndex) publishPortQuiet(k listenerKey, q portQuiet) {
 		maps.Copy(m, *cur)
 	}
 	m[k] = q
-	x.portQuiets.Store(&m)
+	c.portQuiets.Store(&m)
+}
+
+// portQuietSince is Attribution's per-record question, lock-free: when the
+// quiet period of server's port began, and whether it is one (a single
+// generation holds every listener and is not in a swap); known is false
+// for a port the quiet path has not read yet.
+func (c *listenerCache) portQuietSince(server netip.AddrPort, udp bool) (since time.Time, quiet, known bool) {
+	m := c.portQuiets.Load()
+	if m == nil {
+		return time.Time{}, false, false
+	}
+	q, ok := (*m)[listenerKey{server, udp}]
+	return q.since, q.quiet, ok
 }
 
 // portOwner is the owner of server's listeners, read again when older than
 // notBefore (the last change of the serving set) or listenerTTL, and since
 // when it has been that owner.
-func (x *attribIndex) portOwner(server netip.AddrPort, udp bool, notBefore time.Time) (owner, time.Time) {
-	c := &x.listeners
+func (c *listenerCache) portOwner(v *scanView, server netip.AddrPort, udp bool, notBefore time.Time) (owner, time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := x.now()
+	now := c.now()
 	k := listenerKey{server, udp}
 	e, ok := c.entries[k]
 	if !ok || now.Sub(e.at) >= listenerTTL || e.at.Before(notBefore) {
-		e = x.refreshOwnerLocked(k, now, nil)
+		e = c.refreshOwnerLocked(v, k, now, nil)
 	}
 	return e.owner, e.since
 }
 
 // refreshOwners reads the owner of every remembered address again, after a
-// scan found the serving set changed: a port whose owner did not change
+// scan (whose view is v) found the serving set changed: a port whose owner did not change
 // keeps its quiet period, and one that did starts a new one now, even if it
 // changes back before anyone asks.
-func (x *attribIndex) refreshOwners() {
-	c := &x.listeners
+func (c *listenerCache) refreshOwners(v *scanView) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	now := x.now()
+	now := c.now()
 	var dumps [2]*[]diagSocket // one dump of each kind for every address
 	for k := range c.entries {
 		i := 0
@@ -214,20 +225,20 @@ func (x *attribIndex) refreshOwners() {
 			i = 1
 		}
 		if dumps[i] == nil {
-			ls, err := x.dumpListeners(k.udp)
+			ls, err := c.dumpListeners(v, k.udp)
 			if err != nil {
 				ls = nil // no owner read: each entry's owner changes to none
 			}
 			dumps[i] = &ls
 		}
-		x.refreshOwnerLocked(k, now, dumps[i])
+		c.refreshOwnerLocked(v, k, now, dumps[i])
 	}
 }
 
 // ownerSig names an owner: its generation, whether it holds every
 // listener, and the generation's serving processes (pid and role) of the
-// last scan.
-func (x *attribIndex) ownerSig(o owner) string {
+// scan of v.
+func ownerSig(v *scanView, o owner) string {
 	if o.gen == nil {
 		return ""
 	}
@@ -236,7 +247,7 @@ func (x *attribIndex) ownerSig(o owner) string {
 	if o.all {
 		b.WriteString(" all")
 	}
-	for _, tg := range x.servingTargets(nil) {
+	for _, tg := range v.serving {
 		if tg.rec != nil && tg.rec.ID == o.gen.ID {
 			b.WriteByte(' ')
 			b.WriteString(strconv.Itoa(tg.pid))
@@ -249,22 +260,22 @@ func (x *attribIndex) ownerSig(o owner) string {
 
 // listenerOwner finds who holds the listening TCP sockets (udp: the
 // unconnected UDP sockets) of server.
-func (x *attribIndex) listenerOwner(server netip.AddrPort, udp bool) owner {
-	ls, err := x.dumpListeners(udp)
+func (c *listenerCache) listenerOwner(v *scanView, server netip.AddrPort, udp bool) owner {
+	ls, err := c.dumpListeners(v, udp)
 	if err != nil {
 		return owner{}
 	}
-	return x.ownerIn(ls, server)
+	return c.ownerIn(v, ls, server)
 }
 
 // dumpListeners is the kernel's listening TCP sockets (udp: unconnected
-// UDP sockets).
-func (x *attribIndex) dumpListeners(udp bool) ([]diagSocket, error) {
+// UDP sockets), and those of v's foreign namespaces.
+func (c *listenerCache) dumpListeners(v *scanView, udp bool) ([]diagSocket, error) {
 	if udp {
-		return x.diag.udpBound()
+		return c.diag.udpBound()
 	}
-	ls, err := x.diag.listeners()
-	if f := x.foreignListeners(); len(f) > 0 {
+	ls, err := c.diag.listeners()
+	if f := v.foreignListeners(); len(f) > 0 {
 		// Other network namespaces' (pods'), as the last scan read them.
 		return append(ls, f...), nil
 	}
@@ -272,9 +283,9 @@ func (x *attribIndex) dumpListeners(udp bool) ([]diagSocket, error) {
 }
 
 // ownerIn is listenerOwner from the dump ls.
-func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
-	inodes := map[uint64]bool{}        // listener inode -> held by a serving process
-	ns, _ := x.serverNS(server.Addr()) // the network namespace server's address is in
+func (c *listenerCache) ownerIn(v *scanView, ls []diagSocket, server netip.AddrPort) owner {
+	inodes := map[uint64]bool{}     // listener inode -> held by a serving process
+	ns := v.serverNS(server.Addr()) // the network namespace server's address is in
 	for _, l := range ls {
 		if listenerMatches(l, server, ns) {
 			inodes[l.Inode] = false
@@ -286,7 +297,7 @@ func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 	var found, single *record.Generation
 	procs, marked := 0, 0 // serving processes of found's generation; inodes seen held
 	var mastersRead map[int]bool
-	for _, tg := range x.servingTargets(nil) {
+	for _, tg := range v.serving {
 		if tg.rec == nil {
 			continue
 		}
@@ -314,7 +325,7 @@ func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 			}
 			return marked < len(inodes)
 		}
-		if !eachSocket(x.root, tg.pid, mark) && tg.rec.MasterPID > 0 && tg.rec.MasterPID != tg.pid && !mastersRead[tg.rec.MasterPID] {
+		if !eachSocket(c.root, tg.pid, mark) && tg.rec.MasterPID > 0 && tg.rec.MasterPID != tg.pid && !mastersRead[tg.rec.MasterPID] {
 			// A worker whose fd table this agent may not read: one
 			// running under its own uid and dumpable (nginx's workers
 			// are), without CAP_DAC_READ_SEARCH (a Kubernetes
@@ -323,7 +334,7 @@ func (x *attribIndex) ownerIn(ls []diagSocket, server netip.AddrPort) owner {
 				mastersRead = map[int]bool{}
 			}
 			mastersRead[tg.rec.MasterPID] = true
-			eachSocket(x.root, tg.rec.MasterPID, mark)
+			eachSocket(c.root, tg.rec.MasterPID, mark)
 		}
 		if shared {
 			return owner{}

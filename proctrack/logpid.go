@@ -211,7 +211,7 @@ func (s *LogPID) Process(r *record.Handshake) {
 		s.hand(r, counted)
 		return
 	}
-	s.t.ix.rescanSoon()
+	s.t.ix.req.rescanSoon()
 	s.mu.Lock()
 	if len(s.held) >= maxHeldLog {
 		s.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strconv"
@@ -234,25 +235,34 @@ func readNetns(root string, pid int, ino uint64, now time.Time) (*nsNet, bool) {
 	return n, true
 }
 
-// readNamespaces reads, at a scan, the foreign network namespaces of the
-// serving processes: each once, through its first serving process. A
-// namespace whose files cannot be read keeps no table.
-func (x *attribIndex) readNamespaces(now time.Time) {
-	if x.selfNS == 0 {
-		return // the agent's own is unknown: every process would look foreign
+// nsReader reads, at each scan, the foreign network namespaces of the
+// serving processes. The scanner owns it.
+type nsReader struct {
+	root   string
+	self   uint64 // the agent's own namespace (0: unknown, none read)
+	log    *slog.Logger
+	logged map[uint64]bool // namespaces logged
+}
+
+// read reads the foreign network namespaces of the serving processes:
+// each once, through its first serving process. A namespace whose files
+// cannot be read keeps no table. It returns nil when there is none.
+func (r *nsReader) read(serving []servingTarget, now time.Time) *nsView {
+	if r.self == 0 {
+		return nil // the agent's own is unknown: every process would look foreign
 	}
 	var seen map[uint64]bool
 	v := &nsView{byIno: map[uint64]*nsNet{}, byAddr: map[netip.Addr]uint64{}}
-	for _, tg := range x.servingTargets(nil) {
-		ino := netnsOf(x.root, tg.pid)
-		if ino == 0 || ino == x.selfNS || v.byIno[ino] != nil || seen[ino] {
+	for _, tg := range serving {
+		ino := netnsOf(r.root, tg.pid)
+		if ino == 0 || ino == r.self || v.byIno[ino] != nil || seen[ino] {
 			continue
 		}
 		if seen == nil {
 			seen = map[uint64]bool{}
 		}
 		seen[ino] = true
-		n, ok := readNetns(x.root, tg.pid, ino, now)
+		n, ok := readNetns(r.root, tg.pid, ino, now)
 		if !ok {
 			continue
 		}
@@ -264,62 +274,20 @@ func (x *attribIndex) readNamespaces(now time.Time) {
 			}
 			v.byAddr[a] = ino
 		}
-		if !x.nsLogged[ino] && x.log != nil {
-			if x.nsLogged == nil {
-				x.nsLogged = map[uint64]bool{}
+		if !r.logged[ino] && r.log != nil {
+			if r.logged == nil {
+				r.logged = map[uint64]bool{}
 			}
-			x.nsLogged[ino] = true
-			x.log.Info("server in another network namespace: its sockets are read from /proc/PID/net/tcp{,6} at each scan (sock_diag sees only the agent's own)",
-				"pid", tg.pid, "netns", ino, "agent_netns", x.selfNS, "listeners", len(n.listeners), "addrs", len(n.addrs))
+			r.logged[ino] = true
+			r.log.Info("server in another network namespace: its sockets are read from /proc/PID/net/tcp{,6} at each scan (sock_diag sees only the agent's own)",
+				"pid", tg.pid, "netns", ino, "agent_netns", r.self, "listeners", len(n.listeners), "addrs", len(n.addrs))
 		}
 	}
-	x.resolveShared(v)
+	resolveShared(r.root, v)
 	if len(v.byIno) == 0 {
-		if x.nets.Load() != nil {
-			x.nets.Store(nil)
-		}
-		return
-	}
-	x.nets.Store(v)
-}
-
-// serverNS is the foreign namespace that has addr as a local address (0:
-// none known, the agent's own).
-func (x *attribIndex) serverNS(addr netip.Addr) (uint64, *nsView) {
-	v := x.nets.Load()
-	if v == nil {
-		return 0, nil
-	}
-	return v.byAddr[addr.Unmap()], v
-}
-
-// foreignConn is the inode of the server-side socket of client -> server
-// in a foreign namespace, as of the last scan.
-func (x *attribIndex) foreignConn(server, client netip.AddrPort) (uint64, bool) {
-	ns, v := x.serverNS(server.Addr())
-	if ns == 0 {
-		return 0, false
-	}
-	k := [2]netip.AddrPort{
-		netip.AddrPortFrom(server.Addr().Unmap(), server.Port()),
-		netip.AddrPortFrom(client.Addr().Unmap(), client.Port()),
-	}
-	ino, ok := v.byIno[ns].conns[k]
-	return ino, ok && ino != 0
-}
-
-// foreignListeners are the listening TCP sockets of the foreign
-// namespaces of the last scan.
-func (x *attribIndex) foreignListeners() []diagSocket {
-	v := x.nets.Load()
-	if v == nil {
 		return nil
 	}
-	var out []diagSocket
-	for _, n := range v.byIno {
-		out = append(out, n.listeners...)
-	}
-	return out
+	return v
 }
 
 // listenerMatches says whether listening socket l answers for server
@@ -346,7 +314,7 @@ const sharedNS = ^uint64(0)
 // own namespace has a link into (a pod's veth on this node's bridge:
 // the link's peer namespace id), when exactly one has; else it stays
 // sharedNS, and attribution answers nothing for it rather than guess.
-func (x *attribIndex) resolveShared(v *nsView) {
+func resolveShared(root string, v *nsView) {
 	var linked map[int]bool
 	for a, ns := range v.byAddr {
 		if ns != sharedNS {
@@ -366,7 +334,7 @@ func (x *attribIndex) resolveShared(v *nsView) {
 		}
 		pick := uint64(0)
 		for ino, n := range v.byIno {
-			if !n.addrs[a] || !linked[nsidOf(x.root, n.pid)] {
+			if !n.addrs[a] || !linked[nsidOf(root, n.pid)] {
 				continue
 			}
 			if pick != 0 {

@@ -762,10 +762,10 @@ func TestQuietPeriodPerPort(t *testing.T) {
 	t.Logf("%d of 10 handshakes with the quiet nginx answered during the other's swap", answered)
 	// What the agent asks per record, whether to wait for the quiet path:
 	// yes for the quiet port, no for the swapping one.
-	if _, quiet, known := tr.ix.portQuietSince(quietAddr, false); !known || !quiet {
+	if _, quiet, known := tr.ix.listeners.portQuietSince(quietAddr, false); !known || !quiet {
 		t.Errorf("quiet port: known %v quiet %v", known, quiet)
 	}
-	if _, quiet, known := tr.ix.portQuietSince(swapAddr, false); !known || quiet {
+	if _, quiet, known := tr.ix.listeners.portQuietSince(swapAddr, false); !known || quiet {
 		t.Errorf("swapping port: known %v quiet %v", known, quiet)
 	}
 	// A gone connection on the quiet port is answered by its listener;

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -92,7 +93,7 @@ type procReader struct {
 	last       map[int]procKey      // the last snapshot's processes
 	roles      map[procKey]roleInfo // titles as last read
 	idents     map[procKey]identity // binaries as last read
-	errors     uint64               // unparsable files
+	errors     atomic.Uint64        // unparsable files (Stats reads it without the scanner's lock)
 	// deniedSaid: a server's /proc/PID/exe was refused (no CAP_SYS_PTRACE
 	// for another user's process) and the agent has said so, once.
 	deniedSaid bool
@@ -174,7 +175,7 @@ func (r *procReader) read(now time.Time, serverPIDs map[int]uint64, alivePIDs []
 	} else {
 		names, err := readDirNames(r.root)
 		if err != nil {
-			r.errors++
+			r.errors.Add(1)
 			return nil, fmt.Errorf("proctrack: %w", err)
 		}
 		pids = make([]int, 0, len(names))
@@ -211,7 +212,7 @@ func (r *procReader) read(now time.Time, serverPIDs map[int]uint64, alivePIDs []
 		}
 		st, err := procfs.ParseStat(b)
 		if err != nil {
-			r.errors++
+			r.errors.Add(1)
 			continue
 		}
 		key := procKey{pid, st.StartTime}

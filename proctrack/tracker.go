@@ -8,13 +8,16 @@
 // (snapshot.go); the swap state machine, a function from the previous
 // state, a snapshot, the [emerg] lines read from error logs and the time
 // to the next state and the swap events (swap.go); and the attribution
-// index, which answers which process accepted a connection from the
-// kernel's accept events, sockets, listeners and quiet periods (index.go,
-// accept*.go, listener.go), with the Attribution stage's policy over them
-// (attribution.go). The Tracker drives them: Tick (or Scan) reads a
-// snapshot, steps the state machine, and publishes the serving processes
-// to the index. One goroutine calls Tick: the agent's housekeeping timer,
-// or Run.
+// index, which answers which process accepted a connection, in parts each
+// with one job: the kernel's accept events and the quiet set's epochs
+// (accept*.go), socket lookups (index.go), listeners and the ports' quiet
+// periods (listener.go), over one immutable view per scan (view.go), with
+// the Attribution stage's policy over them (attribution.go). The Tracker
+// drives them: Tick (or Scan) reads a snapshot without holding the
+// tracker's lock, steps the state machine, searches for servers by their
+// listeners (search.go), publishes the scan's view to the index and
+// chooses the kernel's quiet set from it (quietchoice.go). One goroutine
+// calls Tick: the agent's housekeeping timer, or Run.
 //
 // The state machine observes: USR2 (a
 // second master appears as a child of the first), WINCH (the old master's
@@ -36,7 +39,6 @@ import (
 	"net/netip"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,7 +94,7 @@ type Config struct {
 	// outside swaps, the serving processes of the generation that serves
 	// the most handshakes are the kernel's quiet set: their accepts are
 	// only counted, and a connection answered by a server with no event
-	// is theirs (see Tracker.chooseQuiet). That saves some 1.4 µs of
+	// is theirs (see chooseQuiet). That saves some 1.4 µs of
 	// kernel time per accept, and leaves worker_pid unset when that
 	// generation has several workers (the access log's $pid can give it).
 	AllAcceptEvents bool
@@ -196,8 +198,18 @@ type Tracker struct {
 	// generation the log's $pid decides has its count deferred to it.
 	logPID atomic.Pointer[LogPID]
 
+	// The scanner (Tick, Probe, Scan; NoteEmergIn and Close too): scanMu
+	// serialises it, and guards what only it uses, the /proc reader, the
+	// server search, the namespaces' reader and the quiet choice. It
+	// reads /proc holding scanMu alone; it alone writes st, under mu, and
+	// may read st without mu. Lock order: scanMu, then mu.
+	scanMu sync.Mutex
+	rd     *procReader // reads /proc into snapshots
+	search *serverSearch
+	nets   nsReader
+	quiet  quietChoice
+
 	mu         sync.RWMutex
-	rd         *procReader // reads /proc into snapshots
 	st         *swapState  // the swap state machine's state
 	emergs     []emergNote // [emerg] lines noted since the last scan
 	emergDrops uint64      // [emerg] lines dropped: maxEmergs were waiting
@@ -205,25 +217,10 @@ type Tracker struct {
 	counts     map[string]uint64
 	failed     uint64
 	scans      uint64
-	scanErrors uint64
+	scanErrors uint64    // scans that failed, and files the reader could not parse
 	lastScan   time.Time // last Scan (not Probe)
 
-	// Listener discovery: the owners of listening sockets on wanted ports
-	// that are not nginx (nginx is found by its titles).
-	wantPorts   map[uint16]bool
-	lastListen  time.Time
-	listenOwner map[uint64]int // listener inode -> pid
-	serverPIDs  map[int]uint64 // pid -> start time of non-nginx servers
-
 	unknownHS atomic.Uint64
-
-	// The kernel's quiet set (chooseQuiet): its generation, the
-	// handshakes each generation had served at the last choice, the
-	// ports the generation listens on and when they were read.
-	quietGen    *generation
-	quietSeen   map[*generation]uint64
-	quietPorts  []uint16
-	quietPortAt time.Time
 }
 
 // maxEmergs bounds the [emerg] lines waiting for the next scan; each opens
@@ -238,22 +235,17 @@ func New(cfg Config) (*Tracker, error) {
 		return nil, fmt.Errorf("proctrack: %w", err)
 	}
 	t := &Tracker{
-		cfg:         cfg,
-		log:         cfg.Logger.With("component", "proctrack"),
-		st:          newSwapState(swapConfig{failedSwapTimeout: cfg.FailedSwapTimeout, maxGenerations: cfg.MaxGenerations}),
-		counts:      make(map[string]uint64, len(Kinds)),
-		wantPorts:   make(map[uint16]bool),
-		listenOwner: make(map[uint64]int),
-		serverPIDs:  make(map[int]uint64),
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "proctrack"),
+		st:     newSwapState(swapConfig{failedSwapTimeout: cfg.FailedSwapTimeout, maxGenerations: cfg.MaxGenerations}),
+		counts: make(map[string]uint64, len(Kinds)),
 	}
 	t.rd = newProcReader(cfg, btime, t.log)
 	t.ix = newAttribIndex(cfg, &t.diag)
-	t.ix.log = t.log
+	t.search = newServerSearch(cfg, &t.diag, t.log)
+	t.nets = nsReader{root: cfg.ProcRoot, self: selfNetns(cfg.ProcRoot), log: t.log}
 	for _, k := range Kinds {
 		t.counts[k] = 0
-	}
-	for _, p := range cfg.ServerPorts {
-		t.wantPorts[p] = true
 	}
 	// Open the sock_diag socket now: it queries the network namespace of
 	// the thread that creates it, which is the caller's (the agent may be
@@ -262,7 +254,7 @@ func New(cfg Config) (*Tracker, error) {
 		t.log.Warn("sock_diag unavailable: handshakes will not be attributed to processes", "err", err)
 	}
 	t.log.Info("socket lookups: sock_diag in the agent's network namespace; servers in other network namespaces (pods) through /proc/PID/net/tcp{,6} read at each scan and /proc/PID/fd",
-		"agent_netns", t.ix.selfNS)
+		"agent_netns", t.nets.self)
 	return t, nil
 }
 
@@ -271,9 +263,9 @@ func New(cfg Config) (*Tracker, error) {
 func (t *Tracker) Close() error {
 	t.ix.acc.close()
 	t.diag.close()
-	t.mu.Lock()
+	t.scanMu.Lock()
 	t.rd.close()
-	t.mu.Unlock()
+	t.scanMu.Unlock()
 	return nil
 }
 
@@ -322,16 +314,16 @@ func (t *Tracker) ScanDue() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.lastScan.IsZero() || t.cfg.Now().Sub(t.lastScan) >= scanEvery*t.cfg.ScanInterval-t.cfg.ScanInterval/2 ||
-		len(t.st.pendings) > 0 || len(t.emergs) > 0 || t.ix.swapping() || (t.lastListen.IsZero() && len(t.wantPorts) > 0) ||
-		t.ix.requested()
+		len(t.st.pendings) > 0 || len(t.emergs) > 0 || t.ix.swapping() || t.search.due.Load() ||
+		t.ix.req.requested()
 }
 
 // Probe checks, cheaply, that the serving processes are those of the last
 // scan (procReader.probe). It returns true when nothing changed, and then
 // counts as a scan for quiet periods (LastScan, AttributeQuiet).
 func (t *Tracker) Probe() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.scanMu.Lock()
+	defer t.scanMu.Unlock()
 	now := t.cfg.Now()
 	if !t.rd.probe(t.st) {
 		return false
@@ -341,169 +333,75 @@ func (t *Tracker) Probe() bool {
 }
 
 // Scan reads /proc once, steps the swap state machine, records its events
-// and publishes the serving processes to the attribution index.
+// and publishes the serving processes to the attribution index. /proc is
+// read (the processes, the listeners' owners, the namespaces, the quiet
+// set's ports) without the tracker's lock, which only the step and the
+// publication's copy of the state take.
 func (t *Tracker) Scan() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+	t.scanMu.Lock()
+	defer t.scanMu.Unlock()
 	now := t.cfg.Now()
-	t.scans++
-	if ports, rescan := t.ix.takeRequests(); rescan {
-		for _, p := range ports {
-			t.wantPorts[p] = true
-		}
-		t.lastListen = time.Time{}
+	if ports, rescan := t.ix.req.take(); rescan {
+		t.search.want(ports)
 		t.rd.rescan()
 	}
+	// The pids whose existence the state machine asks about. Only the
+	// scanner changes st and emergs (NoteEmergIn holds scanMu too).
 	alive := t.st.pendingPIDs(nil)
 	for _, e := range t.emergs {
 		if e.pid > 0 {
 			alive = append(alive, e.pid)
 		}
 	}
-	if t.scans == 1 {
+	t.mu.Lock()
+	t.scans++
+	first := t.scans == 1
+	t.mu.Unlock()
+	if first {
 		// The first scan searches for listeners' owners before reading
 		// /proc, so a server found by its listener alone (Caddy, in a pod
 		// or not) has its generation from the first scan rather than
 		// the next.
-		t.discoverServers(now)
+		t.search.search(now, t.st.procs, t.rd, t.nets.self)
 	}
-	snap, err := t.rd.read(now, t.serverPIDs, alive)
+	snap, err := t.rd.read(now, t.search.serverPIDs, alive)
 	if err != nil {
+		t.mu.Lock()
 		t.scanErrors++
+		t.mu.Unlock()
 		return err
 	}
+
+	t.mu.Lock()
 	prev := t.st.procs
 	var out stepOut
 	t.st, out = step(t.st, snap, t.emergs, now)
 	clear(t.emergs)
 	t.emergs = t.emergs[:0]
-	for _, l := range out.logs {
-		t.log.Log(context.Background(), l.level, l.msg, l.args...)
-	}
 	for _, e := range out.events {
 		t.record(e)
 	}
+	t.lastScan = now
+	v := newScanView(t.st, now)
+	t.mu.Unlock()
+	for _, l := range out.logs {
+		t.log.Log(context.Background(), l.level, l.msg, l.args...)
+	}
+
 	// A server that exited is searched for again by its listener, now (a
 	// restart's new process holds it soon).
-	for pid, p := range prev {
-		if t.st.procs[pid] != p && p.gen != nil && p.gen.key == p.key && t.serverPIDs[pid] == p.key.start {
-			delete(t.serverPIDs, pid)
-			t.lastListen = time.Time{}
-		}
+	t.search.exited(prev, t.st.procs)
+	if t.search.search(now, t.st.procs, t.rd, t.nets.self) {
+		t.mu.Lock()
+		t.lastScan = time.Time{} // the next Tick scans: the new server's generation
+		t.mu.Unlock()
 	}
-	t.lastScan = now
-	t.discoverServers(now)
-	changed := t.ix.publish(t.st, now)
-	t.ix.readNamespaces(now) // the serving processes' other network namespaces (pods)
-	if changed {
-		t.ix.refreshOwners()
+	v.nets = t.nets.read(v.serving, now) // the serving processes' other network namespaces (pods)
+	if t.ix.publish(v) {
+		t.ix.listeners.refreshOwners(v)
 	}
-	t.chooseQuiet(now)
+	t.applyQuiet(v)
 	return nil
-}
-
-// quietPortsEvery: the quiet generation's listening ports are read again
-// at least this often (and whenever the choice changes).
-const quietPortsEvery = 30 * time.Second
-
-// chooseQuiet picks the kernel's quiet set after a scan (AllAcceptEvents
-// off, accept events on): the serving processes of the generation that
-// served the most handshakes since the last choice, the current one kept
-// while it served at least half as many as the best, with the TCP ports
-// its first process listens on. A generation in a swap (two generations
-// of its nginx lineage alive) is never chosen, so every accept of a swap
-// window is reported and each of its records names its worker; another
-// server's swap on the host does not stop the choice.
-func (t *Tracker) chooseQuiet(now time.Time) {
-	if t.cfg.AllAcceptEvents || t.ix.acc.a.Load() == nil {
-		return
-	}
-	var pick *generation
-	var pids []int
-	inSwap := t.st.swappingIDs()
-	serving := map[*generation][]int{}
-	for _, p := range t.st.serving {
-		if p.gen != nil && p.gen.alive && p.rec != nil && !inSwap[p.gen.rec.ID] {
-			serving[p.gen] = append(serving[p.gen], p.key.pid)
-		}
-	}
-	if t.quietSeen == nil {
-		t.quietSeen = map[*generation]uint64{}
-	}
-	var best, cur uint64
-	for g := range serving {
-		var n uint64
-		for _, c := range g.handshakes {
-			n += c
-		}
-		var d uint64
-		if n > t.quietSeen[g] { // the $pid stage may take a count back
-			d = n - t.quietSeen[g]
-		}
-		t.quietSeen[g] = n
-		if g == t.quietGen {
-			cur = d
-		}
-		if pick == nil || d > best || (d == best && g.start.Before(pick.start)) {
-			pick, best = g, d
-		}
-	}
-	for g := range t.quietSeen {
-		if _, ok := serving[g]; !ok {
-			delete(t.quietSeen, g)
-		}
-	}
-	if _, ok := serving[t.quietGen]; ok && 2*cur >= best {
-		pick = t.quietGen
-	}
-	if pick != nil {
-		pids = serving[pick]
-		slices.Sort(pids)
-	}
-	if pick == nil {
-		t.quietGen, t.quietPorts = nil, nil
-		t.ix.setQuiet(nil, nil, nil, t.log)
-		return
-	}
-	if pick != t.quietGen || now.Sub(t.quietPortAt) >= quietPortsEvery {
-		t.quietPorts, t.quietPortAt = t.listenPorts(pick.key.pid), now
-	}
-	t.quietGen = pick
-	if len(t.quietPorts) == 0 {
-		t.ix.setQuiet(nil, nil, nil, t.log) // no listener found: nothing to answer for
-		return
-	}
-	gen := t.st.procs[pids[0]].rec // a serving process of pick, so not nil
-	if len(pids) > 1 {
-		g := *gen
-		g.WorkerPID = 0
-		gen = &g
-	}
-	t.ix.setQuiet(pids, gen, t.quietPorts, t.log)
-}
-
-// listenPorts returns the ports of the listening TCP sockets pid holds
-// (an nginx master holds every listener its workers serve), sorted.
-func (t *Tracker) listenPorts(pid int) []uint16 {
-	ls, err := t.diag.listeners()
-	if err != nil {
-		return nil
-	}
-	byInode := make(map[uint64]uint16, len(ls))
-	for _, l := range ls {
-		if l.Inode != 0 {
-			byInode[l.Inode] = l.Local.Port()
-		}
-	}
-	var ports []uint16
-	eachSocket(t.cfg.ProcRoot, pid, func(_ int, ino uint64) bool {
-		if p, ok := byInode[ino]; ok && !slices.Contains(ports, p) {
-			ports = append(ports, p)
-		}
-		return true
-	})
-	slices.Sort(ports)
-	return ports
 }
 
 // NoteEmerg reports an [emerg] line from an nginx error log: ts is the line's
@@ -517,6 +415,8 @@ func (t *Tracker) NoteEmerg(ts time.Time, pid int, msg string) { t.NoteEmergIn("
 // ones the failure may be about, and the one master that does is named by
 // it when nothing else (the process that logged, its parent) names one.
 func (t *Tracker) NoteEmergIn(path string, ts time.Time, pid int, msg string) {
+	t.scanMu.Lock() // the reader
+	defer t.scanMu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.st.procs[pid]; p != nil && (p.role == roleWorker || p.role == roleDrain || p.role == roleHelper) {
@@ -553,104 +453,6 @@ func (t *Tracker) record(e Event) {
 		lvl = slog.LevelWarn
 	}
 	t.log.Log(context.Background(), lvl, "swap event", "kind", e.Kind, "generation", e.Generation, "other", e.Other, "msg", e.Message, "ts", e.Time)
-}
-
-// discoverServers finds the owners of listening sockets on wanted ports that
-// are not known yet, at most every ListenerRescan.
-func (t *Tracker) discoverServers(now time.Time) {
-	if len(t.wantPorts) == 0 || now.Sub(t.lastListen) < t.cfg.ListenerRescan {
-		return
-	}
-	t.lastListen = now
-	ls, err := t.diag.listeners()
-	if err != nil {
-		t.log.Debug("listener dump failed", "err", err)
-	}
-	// QUIC servers: their unconnected UDP sockets on the ports.
-	if us, err := t.diag.udpBound(); err == nil {
-		ls = append(ls, us...)
-	}
-	unknown := t.unknownListeners(ls)
-	// Servers in other network namespaces (pods) sock_diag cannot see:
-	// each namespace's listeners are read once per search, through the
-	// first process found in it (netns.go).
-	foreign := t.ix.selfNS != 0
-	if len(unknown) == 0 && !foreign {
-		return
-	}
-	names, err := readDirNames(t.cfg.ProcRoot)
-	if err != nil {
-		return
-	}
-	nsUnknown := map[uint64]map[uint64]bool{} // foreign namespace -> its unknown listeners (nil: none)
-	claim := func(pid int, unknown map[uint64]bool) {
-		eachSocket(t.cfg.ProcRoot, pid, func(_ int, ino uint64) bool {
-			if !unknown[ino] {
-				return true
-			}
-			t.listenOwner[ino] = pid
-			if p := t.st.procs[pid]; p != nil && p.role != roleNone {
-				return true // nginx is tracked by its titles
-			}
-			if st, err := t.rd.statOf(pid); err == nil && !t.rd.isNginxComm(st.Comm) {
-				if _, known := t.serverPIDs[pid]; !known {
-					t.lastScan = time.Time{} // the next Tick scans: the server's generation
-				}
-				t.serverPIDs[pid] = st.StartTime
-			}
-			return true
-		})
-	}
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil {
-			continue
-		}
-		if foreign {
-			if ns := netnsOf(t.cfg.ProcRoot, pid); ns != 0 && ns != t.ix.selfNS {
-				u, read := nsUnknown[ns]
-				if !read {
-					if n, ok := readNetns(t.cfg.ProcRoot, pid, ns, now); ok {
-						u = t.unknownListeners(n.listeners)
-						for ino := range u {
-							unknown[ino] = true // kept in listenOwner below
-						}
-					}
-					nsUnknown[ns] = u
-				}
-				if len(u) > 0 {
-					claim(pid, u)
-				}
-				continue
-			}
-		}
-		if len(unknown) > 0 {
-			claim(pid, unknown)
-		}
-	}
-	for ino, pid := range t.listenOwner {
-		if _, ok := t.st.procs[pid]; !ok && !unknown[ino] {
-			delete(t.listenOwner, ino)
-		}
-	}
-}
-
-// unknownListeners are the inodes of the listeners of ls on wanted ports
-// whose owner is not a tracked process.
-func (t *Tracker) unknownListeners(ls []diagSocket) map[uint64]bool {
-	unknown := make(map[uint64]bool)
-	for _, l := range ls {
-		if !t.wantPorts[l.Local.Port()] || l.Inode == 0 {
-			continue
-		}
-		if pid, ok := t.listenOwner[l.Inode]; ok {
-			if _, alive := t.st.procs[pid]; alive {
-				continue
-			}
-		}
-		unknown[l.Inode] = true
-	}
-	return unknown
 }
 
 // Attribute returns the generation whose process owns the server side of the
@@ -690,8 +492,8 @@ func (t *Tracker) AttributeQuiet(server netip.AddrPort, from, to time.Time) (*re
 func (t *Tracker) AttributeQuietQUIC(server netip.AddrPort, from, to time.Time) (*record.Generation, bool) {
 	g, ok := t.ix.attributeQuiet(server, true, from, to)
 	if !ok {
-		t.ix.unattributed.Add(1)
-		t.ix.wantPort(server.Port())
+		t.ix.n.unattributed.Add(1)
+		t.ix.req.wantPort(server.Port())
 	}
 	return g, ok
 }
@@ -708,7 +510,7 @@ func (t *Tracker) LastScan() (time.Time, <-chan struct{}) { return t.ix.lastScan
 
 // NoteSkipped counts a handshake its caller had no time to attribute
 // (pqwatch_attributions_total{method="skipped"}).
-func (t *Tracker) NoteSkipped() { t.ix.skipped.Add(1) }
+func (t *Tracker) NoteSkipped() { t.ix.n.skipped.Add(1) }
 
 // AttributionSource says whether attribution uses the kernel's accept
 // events (SourceEBPF) or not (SourceFallback, with the reason); "" before
@@ -895,10 +697,11 @@ type Stats struct {
 func (t *Tracker) Stats() Stats {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	n := &t.ix.n
 	return Stats{
-		Scans: t.scans, ScanErrors: t.scanErrors + t.rd.errors,
-		Attributed: t.ix.attributed.Load(), Unattributed: t.ix.unattributed.Load(),
-		Quiet: t.ix.quiet.Load(), ByListener: t.ix.byListener.Load(), ByAccept: t.ix.acc.byAccept.Load(), ByAcceptQuiet: t.ix.acc.byQuiet.Load(), Skipped: t.ix.skipped.Load(),
+		Scans: t.scans, ScanErrors: t.scanErrors + t.rd.errors.Load(),
+		Attributed: n.attributed.Load(), Unattributed: n.unattributed.Load(),
+		Quiet: n.quiet.Load(), ByListener: n.byListener.Load(), ByAccept: n.byAccept.Load(), ByAcceptQuiet: n.byQuiet.Load(), Skipped: n.skipped.Load(),
 		UnknownHandshakes: t.unknownHS.Load(), EvictedGenerations: t.st.evicted, EmergDropped: t.emergDrops,
 	}
 }
