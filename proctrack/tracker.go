@@ -378,15 +378,15 @@ func (t *Tracker) Scan() error {
 	t.st, out = step(t.st, snap, t.emergs, now)
 	clear(t.emergs)
 	t.emergs = t.emergs[:0]
+	for _, l := range out.logs {
+		t.log.Log(context.Background(), l.level, l.msg, l.args...)
+	}
 	for _, e := range out.events {
 		t.record(e)
 	}
 	t.lastScan = now
 	v := newScanView(t.st, now)
 	t.mu.Unlock()
-	for _, l := range out.logs {
-		t.log.Log(context.Background(), l.level, l.msg, l.args...)
-	}
 
 	// A server that exited is searched for again by its listener, now (a
 	// restart's new process holds it soon).

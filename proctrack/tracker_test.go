@@ -385,3 +385,52 @@ func TestQUICServerQuietAttribution(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// TestScannerBlocksNoReader: what the scanner holds while it reads /proc
+// (scanMu) is taken by no reader: the per-record questions, the counts,
+// the generations and the collector's figures are answered meanwhile.
+func TestScannerBlocksNoReader(t *testing.T) {
+	requireRoot(t)
+	server, dial := goServer(t)
+	tr := quietTracker(t, Config{ServerPorts: []uint16{server.Port()}, NginxComms: []string{noNginx}})
+	for range 2 {
+		if err := tr.Scan(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	me, ok := tr.GenerationOf(os.Getpid())
+	if !ok {
+		t.Skip("this process is not found as a server (needs /proc/self/fd and sock_diag)")
+	}
+	client := dial().LocalAddr().(*net.TCPAddr).AddrPort()
+	tr.scanMu.Lock() // a scan reading /proc
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if g, ok := tr.Attribute(client, server); !ok || g.ID != me.ID {
+			t.Errorf("Attribute = %+v, %v; want %s", g, ok, me.ID)
+		}
+		tr.AttributeQuiet(server, time.Now().Add(-time.Hour), time.Now())
+		tr.QuietSince()
+		tr.LastScan()
+		tr.ScanDue()
+		tr.ObserveHandshake(me, "x25519")
+		if len(tr.Generations()) == 0 {
+			t.Error("no generation")
+		}
+		tr.Stats()
+		tr.Events()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(tr.Collector())
+		if _, err := reg.Gather(); err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("a reader waited for the scanner's lock")
+	}
+	tr.scanMu.Unlock()
+	<-done
+}
