@@ -1,4 +1,5 @@
-// Command typesize lists the largest types of a Go package directory: for
+// Command typesize lists the largest types (-n, 10 by default; 0: all) of
+// a Go package directory: for
 // each named struct type declared in its non-test files, the number of
 // its fields (an embedded field counts one; a name list "a, b T" counts
 // two), of the methods declared on it (value or pointer receiver), and of
@@ -6,10 +7,12 @@
 // of the types it holds). Largest first by fields + methods.
 //
 //	go run ./internal/typesize ./proctrack
+//	go run ./internal/typesize -n 0 ./proctrack
 package main
 
 import (
 	"cmp"
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -28,11 +31,13 @@ type size struct {
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: typesize DIR (a Go package directory, e.g. ./proctrack)")
+	top := flag.Int("n", 10, "how many types to list, largest first (0: all)")
+	flag.Parse()
+	if flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: typesize [-n N] DIR (a Go package directory, e.g. ./proctrack)")
 		os.Exit(2)
 	}
-	dir := os.Args[1]
+	dir := flag.Arg(0)
 	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil || len(names) == 0 {
 		fmt.Fprintf(os.Stderr, "typesize: no Go files in %s: give a package directory\n", dir)
@@ -112,7 +117,7 @@ func main() {
 	})
 	fmt.Printf("%-20s %6s %7s %7s  %s\n", "type", "fields", "methods", "mutexes", "files")
 	for i, z := range out {
-		if i == 10 {
+		if i == *top && *top > 0 {
 			break
 		}
 		files := slices.Sorted(maps.Keys(z.files))
