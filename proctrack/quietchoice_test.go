@@ -125,3 +125,73 @@ func TestScanViewGens(t *testing.T) {
 		t.Error("the view changed a process's answer")
 	}
 }
+
+// TestPublishQuietPeriod: each scan's view is published whole; the quiet
+// period starts again only when the serving set changes (a process
+// started, exited or changed role), a probe keeps it, and publish says
+// when the ports' owners are to be read again (the set or the swaps
+// changed). LastScan's channel is closed by the next view.
+func TestPublishQuietPeriod(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	x := newAttribIndex(Config{Now: func() time.Time { return t0 }}, nil)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	view := func(s int, swap bool, serving ...servingEntry) *scanView {
+		v := &scanView{at: at(s), scannedAt: at(s), sig: serving}
+		if swap {
+			v.swapIDs = map[string]bool{"nginx-a-10": true}
+		}
+		return v
+	}
+	w1, w2 := servingEntry{procKey{11, 1}, roleWorker}, servingEntry{procKey{12, 1}, roleWorker}
+	if since, swapping := x.quietSince(); !since.IsZero() || swapping {
+		t.Fatalf("before any scan: %v %v", since, swapping)
+	}
+	_, first := x.lastScan()
+	for _, c := range []struct {
+		name        string
+		v           *scanView
+		probeAt     int // a probe after the scan (0: none)
+		wantChanged bool
+		wantSince   time.Time
+	}{
+		{"first scan", view(1, false, w1, w2), 0, true, at(1)},
+		{"same set", view(2, false, w1, w2), 3, false, at(1)},
+		{"a worker left", view(4, false, w1), 0, true, at(4)},
+		{"a swap began, same set", view(5, true, w1), 0, true, at(4)},
+		{"still in the swap", view(6, true, w1), 0, false, at(4)},
+		{"the worker drains", view(7, true, servingEntry{procKey{11, 1}, roleDrain}), 0, true, at(7)},
+		{"the swap ended", view(8, false, servingEntry{procKey{11, 1}, roleDrain}), 0, true, at(7)},
+	} {
+		_, next := x.lastScan()
+		if got := x.publish(c.v); got != c.wantChanged {
+			t.Errorf("%s: changed %v, want %v", c.name, got, c.wantChanged)
+		}
+		select {
+		case <-next:
+		default:
+			t.Errorf("%s: the previous view's channel is open", c.name)
+		}
+		if c.probeAt > 0 {
+			x.probed(at(c.probeAt))
+		}
+		since, swapping := x.quietSince()
+		if !since.Equal(c.wantSince) || swapping != (len(c.v.swapIDs) > 0) {
+			t.Errorf("%s: quiet since %v (swapping %v), want %v", c.name, since, swapping, c.wantSince)
+		}
+		want := c.v.at
+		if c.probeAt > 0 {
+			want = at(c.probeAt)
+		}
+		if got, _ := x.lastScan(); !got.Equal(want) {
+			t.Errorf("%s: last scan %v, want %v", c.name, got, want)
+		}
+		if x.view.Load().scannedAt != c.v.scannedAt {
+			t.Errorf("%s: a probe moved the scan's time", c.name)
+		}
+	}
+	select {
+	case <-first:
+	default:
+		t.Error("the channel of the view before the first scan is open")
+	}
+}
