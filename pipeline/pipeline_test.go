@@ -57,13 +57,13 @@ func TestPipelineOrder(t *testing.T) {
 		return func(next func(*record.Handshake)) Stage { return &holdStage{name: name, next: next} }
 	}
 	p := New(Config{
-		Taps:   []record.Sink{record.SinkFunc(func(r *record.Handshake) { tapped++; r.SNI = "r" })},
+		Taps: []record.Sink{record.SinkFunc(func(r *record.Handshake) { tapped++; r.SNI = "r" })},
 		// The order is the pipeline's: attribution, join, after the join.
 		AfterJoin:   []NewStage{stage("c")},
 		Join:        stage("b"),
 		Attribution: stage("a"),
-		Sinks:  []record.Sink{fail, sink},
-		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Sinks:       []record.Sink{fail, sink},
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	for range 4 {
 		p.Record(&record.Handshake{})

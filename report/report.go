@@ -90,14 +90,14 @@ type Summary struct {
 	Errors             map[string]uint64      `json:"errors"`
 	Packets            uint64                 `json:"packets"`
 	// PacketsOutsidePorts were skipped by -ports.
-	PacketsOutsidePorts uint64     `json:"packets_outside_ports,omitempty"`
+	PacketsOutsidePorts uint64 `json:"packets_outside_ports,omitempty"`
 	// ViewsMerged are the records merged into another: the same handshake
 	// seen on several interfaces or address pairs (before and after a
 	// NAT); ViewsLate, the views dropped as twins that came too late.
-	ViewsMerged uint64 `json:"views_merged,omitempty"`
-	ViewsLate   uint64 `json:"views_late,omitempty"`
-	Span                *Span      `json:"span,omitempty"` // capture time of the packets read
-	Files               []FileInfo `json:"files,omitempty"`
+	ViewsMerged uint64     `json:"views_merged,omitempty"`
+	ViewsLate   uint64     `json:"views_late,omitempty"`
+	Span        *Span      `json:"span,omitempty"` // capture time of the packets read
+	Files       []FileInfo `json:"files,omitempty"`
 	// Log joins (present when access logs were given).
 	Joins       *JoinStats           `json:"joins,omitempty"`
 	ByServer    map[string]*ShareRow `json:"pq_share_by_server,omitempty"`
