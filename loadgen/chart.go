@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -51,28 +52,44 @@ func niceMax(v float64) float64 {
 	return 10 * p
 }
 
-// axes draws the frame, y ticks and labels; it returns the y mapping.
-func (s *svg) axes(xLabel, yLabel string, yMax float64) func(float64) float64 {
+// niceTicks returns a round step (1, 2 or 5 times a power of ten) that
+// cuts [0, v] into at most n intervals, and v rounded up to a multiple of
+// it: the axis' end, so that every tick is a round number.
+func niceTicks(v float64, n int) (step, top float64) {
+	if !(v > 0) {
+		v = 1
+	}
+	step = niceMax(v / float64(max(n, 1)))
+	top = math.Ceil(v/step-1e-9) * step
+	return step, top
+}
+
+// axes draws the frame, y ticks at round values and labels; yMax is
+// rounded up to the last tick. It returns the y mapping and that end.
+func (s *svg) axes(xLabel, yLabel string, yMax float64) (func(float64) float64, float64) {
 	x0, x1, y0, y1 := padL, float64(chartW)-padR, float64(chartH)-padB, padT
 	s.f(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="black"/>`+"\n", x0, y0, x1, y0)
 	s.f(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="black"/>`+"\n", x0, y0, x0, y1)
-	ym := func(v float64) float64 { return y0 - (v/yMax)*(y0-y1) }
-	for i := 0; i <= 5; i++ {
-		v := yMax * float64(i) / 5
+	step, top := niceTicks(yMax, 6)
+	ym := func(v float64) float64 { return y0 - (v/top)*(y0-y1) }
+	for i := 0; float64(i)*step <= top*(1+1e-9); i++ {
+		v := float64(i) * step
 		y := ym(v)
 		s.f(`<line x1="%g" y1="%.1f" x2="%g" y2="%.1f" stroke="#ddd"/>`+"\n", x0, y, x1, y)
-		s.f(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-5, y+4, fmtTick(v))
+		s.f(`<text x="%g" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-5, y+4, fmtTick(v, step))
 	}
 	s.f(`<text x="%g" y="%d" text-anchor="middle">%s</text>`+"\n", (x0+x1)/2, chartH-10, esc(xLabel))
 	s.f(`<text x="16" y="%g" text-anchor="middle" transform="rotate(-90 16 %g)">%s</text>`+"\n", (y0+y1)/2, (y0+y1)/2, esc(yLabel))
-	return ym
+	return ym, top
 }
 
-func fmtTick(v float64) string {
-	if v >= 100 || v == math.Trunc(v) {
-		return fmt.Sprintf("%.0f", v)
+// fmtTick prints a tick value with as many decimals as its step needs.
+func fmtTick(v, step float64) string {
+	d := 0
+	for d < 6 && math.Abs(step*math.Pow(10, float64(d))-math.Round(step*math.Pow(10, float64(d)))) > 1e-6 {
+		d++
 	}
-	return fmt.Sprintf("%.3g", v)
+	return strconv.FormatFloat(v, 'f', d, 64)
 }
 
 func (s *svg) legend(names []string) {
@@ -100,28 +117,75 @@ func armNames(res *Results) []string {
 	return n
 }
 
+// legendLine adds a named line marker below the legend's entries at
+// slot i: a short line in col with dash (SVG stroke-dasharray, "" solid).
+func (s *svg) legendLine(i int, col, dash, name string) {
+	y := padT + 10 + float64(i)*18
+	x := float64(chartW) - padR + 15
+	d := ""
+	if dash != "" {
+		d = ` stroke-dasharray="` + dash + `"`
+	}
+	s.f(`<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="1.5"%s/>`+"\n", x, y-4, x+14, y-4, col, d)
+	s.f(`<text x="%g" y="%g" font-size="10">%s</text>`+"\n", x+18, y, esc(name))
+}
+
+// trialLabel names a trial on the charts: its position in the run, arm,
+// rate and number within its arm and rate.
+func trialLabel(t *TrialResult) string {
+	return fmt.Sprintf("t%d %s @%g/s #%d", t.ID, t.Arm, t.Rate, t.Trial)
+}
+
 // latencyChart plots the worst latency per 100 ms bin over the run, one
-// line per trial coloured by arm, with scenario events as vertical markers.
+// line per trial coloured by arm, each trial labelled (id, arm, rate,
+// number) along the bottom with its warm-up shaded, scenario events as
+// vertical markers, and a legend naming every marker.
 func latencyChart(res *Results) []byte {
 	var s svg
-	s.open("Latency over time (max per 100 ms, from intended send time; dashed: invalid trial)")
+	s.open("Latency over time (max per 100 ms, from intended send time)")
 	var tMax, yMax float64
 	for _, t := range res.Trials {
 		for _, b := range t.Timeline {
 			tMax = max(tMax, b.Offset+binWidth.Seconds())
 			yMax = max(yMax, b.MaxMS)
 		}
+		tMax = max(tMax, t.WindowEnd.Sub(res.Started).Seconds())
 	}
-	tMax = max(tMax, 1)
-	yMax = niceMax(yMax)
-	ym := s.axes("seconds since start", "latency ms", yMax)
+	for _, e := range res.Events {
+		tMax = max(tMax, e.Offset)
+	}
+	xStep, tTop := niceTicks(max(tMax, 0.1), 10)
+	ym, _ := s.axes("seconds since the run started", "latency ms", yMax)
 	x0, x1 := padL, float64(chartW)-padR
-	xm := func(v float64) float64 { return x0 + v/tMax*(x1-x0) }
-	for i := 0; i <= 10; i++ {
-		v := tMax * float64(i) / 10
-		s.f(`<text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n", xm(v), float64(chartH)-padB+15, fmtTick(math.Round(v*10)/10))
+	y0 := float64(chartH) - padB
+	xm := func(v float64) float64 { return x0 + v/tTop*(x1-x0) }
+	for i := 0; float64(i)*xStep <= tTop*(1+1e-9); i++ {
+		v := float64(i) * xStep
+		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="black"/>`+"\n", xm(v), y0, xm(v), y0+4)
+		s.f(`<text x="%.1f" y="%g" text-anchor="middle">%s</text>`+"\n", xm(v), y0+16, fmtTick(v, xStep))
 	}
 	ai := armIndex(res)
+	for _, t := range res.Trials {
+		col := palette[ai[t.Arm]%len(palette)]
+		ts, ws, we := t.Start.Sub(res.Started).Seconds(), t.WindowStart.Sub(res.Started).Seconds(), t.WindowEnd.Sub(res.Started).Seconds()
+		if !t.Start.IsZero() && ws > ts {
+			s.f(`<rect x="%.1f" y="%g" width="%.1f" height="%g" fill="#eee"><title>%s: warm-up, not measured</title></rect>`+"\n",
+				xm(ts), padT, xm(ws)-xm(ts), y0-padT, esc(trialLabel(t)))
+		}
+		// Window start marker (warm-up excluded before it).
+		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#999" stroke-dasharray="2,3"/>`+"\n", xm(ws), padT, xm(ws), y0)
+		label := trialLabel(t)
+		if !t.Valid {
+			label += " INVALID"
+		}
+		// Along the bottom: horizontal where the trial is wide enough,
+		// else upright from the axis at the window's middle.
+		if mid := (xm(ws) + xm(max(we, ws))) / 2; float64(len(label))*5.5 <= xm(max(we, ws))-xm(ts) {
+			s.f(`<text x="%.1f" y="%g" text-anchor="middle" font-size="10" fill="%s">%s</text>`+"\n", (xm(ts)+xm(max(we, ws)))/2, y0-5, col, esc(label))
+		} else {
+			s.f(`<text x="%.1f" y="%g" font-size="9" fill="%s" transform="rotate(-90 %.1f %g)">%s</text>`+"\n", mid+3, y0-5, col, mid+3, y0-5, esc(label))
+		}
+	}
 	for _, t := range res.Trials {
 		var pts []string
 		for _, b := range t.Timeline {
@@ -135,29 +199,44 @@ func latencyChart(res *Results) []byte {
 			if !t.Valid {
 				dash = ` stroke-dasharray="3,3" stroke-opacity="0.6"`
 			}
-			s.f(`<polyline fill="none" stroke="%s" stroke-width="1.2"%s points="%s"><title>trial %d %s@%g%s</title></polyline>`+"\n",
-				palette[ai[t.Arm]%len(palette)], dash, strings.Join(pts, " "), t.ID, esc(t.Arm), t.Rate, esc(invalidSuffix(t)))
+			s.f(`<polyline fill="none" stroke="%s" stroke-width="1.2"%s points="%s"><title>%s%s</title></polyline>`+"\n",
+				palette[ai[t.Arm]%len(palette)], dash, strings.Join(pts, " "), esc(trialLabel(t)), esc(invalidSuffix(t)))
 		}
-		// Window start marker (warm-up excluded before it).
-		ws := t.WindowStart.Sub(res.Started).Seconds()
-		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="#bbb" stroke-dasharray="2,3"/>`+"\n", xm(ws), padT, xm(ws), float64(chartH)-padB)
 	}
+	okSteps, failedSteps := false, false
 	for _, e := range res.Events {
 		col := "#2a2"
 		if !e.OK {
 			col = "#d00"
 		}
+		okSteps, failedSteps = okSteps || e.OK, failedSteps || !e.OK
 		x := xm(e.Offset)
-		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-width="1.5" stroke-dasharray="6,3"/>`+"\n",
-			x, padT, x, float64(chartH)-padB, col)
+		s.f(`<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-width="1.5" stroke-dasharray="6,3"><title>%s</title></line>`+"\n",
+			x, padT, x, y0, col, esc(fmt.Sprintf("%s (pid %d) at %.2f s: %s", e.Step, e.PID, e.Offset, e.Detail)))
 		label := e.Step
 		if !e.OK {
 			label += " FAILED"
 		}
-		s.f(`<text x="%.1f" y="%g" fill="%s" font-size="10" transform="rotate(-90 %.1f %g)">%s</text>`+"\n",
-			x-3, padT+5, col, x-3, padT+5, esc(label))
+		s.f(`<text x="%.1f" y="%g" fill="%s" font-size="10" transform="rotate(90 %.1f %g)">%s</text>`+"\n",
+			x+3, padT+5, col, x+3, padT+5, esc(label))
 	}
-	s.legend(armNames(res))
+	names := armNames(res)
+	s.legend(names)
+	i := len(names)
+	s.legendLine(i, "#555", "", "valid trial")
+	s.legendLine(i+1, "#555", "3,3", "invalid trial")
+	s.legendLine(i+2, "#999", "2,3", "window start")
+	y := padT + 10 + float64(i+3)*18
+	s.f(`<rect x="%g" y="%g" width="14" height="10" fill="#eee" stroke="#ccc"/>`+"\n", float64(chartW)-padR+15, y-9)
+	s.f(`<text x="%g" y="%g" font-size="10">warm-up</text>`+"\n", float64(chartW)-padR+33, y)
+	i += 4
+	if okSteps {
+		s.legendLine(i, "#2a2", "6,3", "scenario step")
+		i++
+	}
+	if failedSteps {
+		s.legendLine(i, "#d00", "6,3", "scenario step FAILED")
+	}
 	return s.close()
 }
 
@@ -219,8 +298,7 @@ func categoryChart(res *Results, title, yLabel string, val func(*TrialResult) (f
 		}
 		return ai[a.arm] - ai[b.arm]
 	})
-	yMax = niceMax(yMax * 1.05)
-	ym := s.axes("arm @ rate/s", yLabel, yMax)
+	ym, _ := s.axes("arm @ rate/s", yLabel, yMax*1.05)
 	x0, x1 := padL, float64(chartW)-padR
 	w := (x1 - x0) / float64(max(len(cats), 1))
 	for i, c := range cats {
