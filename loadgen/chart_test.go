@@ -184,3 +184,54 @@ func TestCategoryChartRoundTicks(t *testing.T) {
 		t.Error("cpu chart lacks its arm@rate labels")
 	}
 }
+
+func TestGenerationChart(t *testing.T) {
+	// A at 100/s for 8 s, B from 4 s to 20 s, both at 50/s while both serve.
+	var a, b GenerationSeries
+	a = GenerationSeries{Name: "nginx-3bac05767a0a-100", Library: "OpenSSL 3.0.19"}
+	b = GenerationSeries{Name: "nginx-3df098091284-200", Library: "OpenSSL 3.5.7"}
+	for i := range 2000 {
+		ts := float64(i) * 0.01
+		switch {
+		case ts < 4:
+			a.Times = append(a.Times, ts)
+		case ts < 8 && i%2 == 0:
+			a.Times = append(a.Times, ts)
+		default:
+			b.Times = append(b.Times, ts)
+			b.PQ++
+		}
+	}
+	markers := []ChartMarker{
+		{Offset: 4, Label: "USR2 old master 100", Kind: "step"},
+		{Offset: 4.3, Label: "pqwatch: usr2 master 200", Kind: "event"},
+		{Offset: 15, Label: "USR2 old master 200 FAILED", Kind: "failed"},
+	}
+	texts := svgTexts(t, GenerationChart("swap", []GenerationSeries{a, b}, markers, 0.5))
+	has := map[string]bool{}
+	var xs, ys []string
+	for _, x := range texts {
+		has[x.Text] = true
+		switch {
+		case x.Y == float64(chartH)-padB+16:
+			xs = append(xs, x.Text)
+		case x.X == padL-5:
+			ys = append(ys, x.Text)
+		}
+	}
+	for _, want := range []string{
+		"nginx-3bac05767a0a-100", "OpenSSL 3.0.19", "600 handshakes, PQ 0%",
+		"nginx-3df098091284-200", "OpenSSL 3.5.7", "1400 handshakes, PQ 100%",
+		"USR2 old master 100", "pqwatch: usr2 master 200", "USR2 old master 200 FAILED",
+		"signal sent", "FAILED step / swap", "pqwatch's swap event",
+	} {
+		if !has[want] {
+			t.Errorf("generation chart lacks the text %q", want)
+		}
+	}
+	roundTicks(t, "x", xs)
+	roundTicks(t, "y", ys)
+	if top, _ := strconv.ParseFloat(ys[len(ys)-1], 64); top < 100 {
+		t.Errorf("y axis ends at %g, below the 100 handshakes/s drawn", top)
+	}
+}

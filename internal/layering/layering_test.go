@@ -44,6 +44,7 @@ var allowed = map[string][]string{
 	"internal/benchcmp":  {"pcapgen"},
 	"internal/benchlive": {"*"},
 	"internal/gencap":    {"pcapgen"},
+	"internal/genchart":  {"loadgen"},
 	"internal/layering":  nil,
 	"internal/typesize":  nil,
 	"conformance":        {"*"},
