@@ -4,7 +4,7 @@ BIN     ?= bin/pqwatch
 PKGS    ?= ./...
 export CGO_ENABLED ?= 0
 
-.PHONY: all build run test test-short soak bench fuzz vet lint clean nginx-openssl35
+.PHONY: all build run test test-short soak bench fuzz vet lint clean nginx-openssl35 openssl35 migration-study
 
 all: build
 
@@ -30,6 +30,23 @@ test:
 # runs reuse it. Without it those tests skip and say this command.
 nginx-openssl35:
 	scripts/build-nginx-openssl35.sh
+
+# The openssl command of OpenSSL 3.5 (Debian 13's openssl and libssl3t64
+# packages unpacked, run through Debian 13's own loader: nothing compiled,
+# nothing installed into the system), for the byte table of
+# docs/migration-study.md: Debian 12's openssl (3.0) cannot offer
+# X25519MLKEM768. Once per machine (as root, about a minute), cached in
+# /var/cache/pqwatch/openssl35.
+openssl35:
+	scripts/build-openssl35.sh
+
+# The tables of docs/migration-study.md on this machine (as root, loopback):
+# server CPU per full handshake (OpenSSL 3.0 / 3.5 classical / 3.5 hybrid),
+# the A -> B swap and the naive rollback watched by pqwatch run, the
+# ClientHello/ServerHello bytes against Caddy. Output in $(STUDY_OUT).
+STUDY_OUT ?= /tmp/pqwatch-study
+migration-study: build nginx-openssl35 openssl35
+	OUT=$(STUDY_OUT) scripts/migration-study.sh all
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -21,7 +21,7 @@
 # OpenSSL 3.5 (make openssl35), caddy, tcpdump or dumpcap, jq, Go (the chart).
 # Settings (environment): OUT (default /tmp/pqwatch-study), RATE (200),
 # DURATION (5), WARMUP (1), TRIALS (5, per configuration), SEED (1),
-# SWAP_RATE (100), PORT_BASE (18440), LOADGEN_FLAGS (more flags for the cpu
+# SWAP_RATE (100), PORT_BASE (18440), SNI (localhost), LOADGEN_FLAGS (more flags for the cpu
 # trials' loadgen).
 set -euo pipefail
 
@@ -35,6 +35,7 @@ TRIALS=${TRIALS:-5}
 SEED=${SEED:-1}
 SWAP_RATE=${SWAP_RATE:-100}
 PORT_BASE=${PORT_BASE:-18440}
+SNI=${SNI:-localhost} # the server name s_client sends to Caddy (bytes)
 LOADGEN_FLAGS=${LOADGEN_FLAGS:-} # more loadgen flags for the cpu trials, e.g. -max-send-lag 50ms
 PQWATCH=$REPO/bin/pqwatch
 NGINX30=${NGINX30:-/usr/sbin/nginx}
@@ -293,7 +294,7 @@ study_bytes() {
 	auto_https disable_redirects
 	storage file_system $dir/caddy
 }
-https://localhost:$port {
+https://$SNI:$port {
 	tls internal
 	respond "ok"
 }
@@ -301,13 +302,14 @@ EOF
   HOME=$dir XDG_DATA_HOME=$dir XDG_CONFIG_HOME=$dir "$CADDY" run --config "$dir/Caddyfile" --adapter caddyfile >"$dir/caddy.log" 2>&1 &
   local caddy=$!
   pids+=("$caddy")
-  local i
-  for i in $(seq 100); do
-    echo | "$OPENSSL35" s_client -connect "127.0.0.1:$port" -servername localhost >/dev/null 2>&1 && break
+  local i ready=0
+  for i in $(seq 300); do # 30 s: Caddy issues its certificate first
+    echo | "$OPENSSL35" s_client -connect "127.0.0.1:$port" -servername "$SNI" >/dev/null 2>&1 && { ready=1; break; }
     kill -0 "$caddy" 2>/dev/null || die "caddy exited: see $dir/caddy.log"
     sleep 0.1
   done
-  echo "caddy $("$CADDY" version | cut -d' ' -f1) on 127.0.0.1:$port, client $("$OPENSSL35" version)"
+  [ $ready = 1 ] || die "caddy did not complete a handshake on 127.0.0.1:$port within 30 s: see $dir/caddy.log"
+  echo "caddy $("$CADDY" build-info 2>/dev/null | awk '$2 == "github.com/caddyserver/caddy/v2" { print $3 }') on 127.0.0.1:$port, client $("$OPENSSL35" version)"
   cap=$dir/handshakes.pcap
   if command -v tcpdump >/dev/null; then
     tcpdump -i lo -w "$cap" -U "tcp port $port" 2>"$dir/capture.log" &
@@ -318,7 +320,7 @@ EOF
   pids+=("$capture")
   sleep 1
   for g in X25519 X25519MLKEM768; do
-    echo | "$OPENSSL35" s_client -connect "127.0.0.1:$port" -servername localhost -groups "$g" -msg \
+    echo | "$OPENSSL35" s_client -connect "127.0.0.1:$port" -servername "$SNI" -groups "$g" -msg \
       >"$dir/s_client-$g.txt" 2>&1 || die "s_client -groups $g failed: see $dir/s_client-$g.txt"
     echo "s_client -groups $g: $(grep -m1 'Negotiated TLS1.3 group\|Server Temp Key' "$dir/s_client-$g.txt" || true)"
     sleep 0.3
