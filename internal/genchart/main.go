@@ -10,6 +10,7 @@ package main
 
 import (
 	"bufio"
+	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,7 +31,7 @@ func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
 
 func main() {
 	var results multi
-	records := flag.String("records", "", "pqwatch run's JSONL records (-format jsonl)")
+	records := flag.String("records", "", "pqwatch run's JSONL records (-format jsonl; .gz: gzip)")
 	flag.Var(&results, "loadgen", "a pqwatch loadgen results.json whose scenario steps are marked (repeatable)")
 	agentLog := flag.String("agent-log", "", "pqwatch run's log (stderr): its swap events are marked")
 	bin := flag.Float64("bin", 0.5, "seconds per bin")
@@ -117,7 +118,15 @@ func run(records string, results []string, agentLog string, bin float64, out str
 		return err
 	}
 	defer f.Close()
-	dec := json.NewDecoder(bufio.NewReader(f))
+	var in io.Reader = bufio.NewReader(f)
+	if strings.HasSuffix(records, ".gz") {
+		zr, err := gzip.NewReader(in)
+		if err != nil {
+			return fmt.Errorf("%s: %w", records, err)
+		}
+		in = zr
+	}
+	dec := json.NewDecoder(in)
 	type gen struct {
 		lib   string
 		times []time.Time
