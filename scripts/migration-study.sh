@@ -15,6 +15,7 @@
 #                                      3.5's s_client -groups X25519 and
 #                                      X25519MLKEM768 against Caddy (pqwatch analyze)
 #   scripts/migration-study.sh all     the three
+#   scripts/migration-study.sh cpu-table  the cpu tables again, from OUT's trials
 #
 # Needs: bin/pqwatch (make build), Debian 12's nginx (/usr/sbin/nginx, OpenSSL
 # 3.0), nginx on OpenSSL 3.5 (make nginx-openssl35), the openssl command of
@@ -131,6 +132,48 @@ openssl_of() {
   echo "$v"
 }
 
+# cpu_tables DIR: the CPU table (DIR/table.md) and the trials (DIR/trials.md)
+# from the trials in DIR.
+cpu_tables() {
+  local dir=$1 name lib curves f n
+  # The table: mean and sample sd per configuration over its valid trials,
+  # and over every trial (invalid ones included) beside it, for a host too
+  # busy for valid trials; the trials themselves in trials.md.
+  {
+    echo "| configuration | TLS library | ssl_ecdh_curve | clients offer | negotiated | valid trials | server CPU µs per full handshake, valid trials (± sd) | vs OpenSSL 3.0 classical | every trial, invalid ones included (± sd) | vs OpenSSL 3.0 classical |"
+    echo "|---|---|---|---|---|--:|--:|--:|--:|--:|"
+    local base="" baseAll=""
+    while IFS='|' read -r name lib curves; do
+      jq -rs --arg name "$name" --arg lib "$lib" --arg curves "$curves" --arg base "$base" --arg baseAll "$baseAll" '
+        def stats: (length) as $n | (if $n > 0 then (add / $n) else null end) as $m
+          | {n: $n, m: $m, sd: (if $n > 1 then ((map((. - $m) * (. - $m)) | add) / ($n - 1) | sqrt) else 0 end)};
+        def fmt: if .m then "\(.m * 10 | round / 10) ± \(.sd * 10 | round / 10)" else "no valid trial" end;
+        def vs($b): if .m and ($b != "") then (((.m / ($b | tonumber) - 1) * 1000 | round) / 10) as $p | "\(if $p >= 0 then "+" else "" end)\($p)%" elif .m then "+0%" else "" end;
+        (.[0].arms[0].groups | join(",")) as $offer | [.[] | .trials[0]] as $all
+        | ([$all[] | select(.valid) | .server_cpu_us_per_handshake] | stats) as $v
+        | ([$all[] | .server_cpu_us_per_handshake | select(. != null)] | stats) as $e
+        | ([$all[] | .groups // {} | to_entries[]] | group_by(.key) | map("\(.[0].key) \(map(.value) | add)") | join(", ")) as $g
+        | "| \($name) | \($lib) | `\($curves)` | \($offer) | \($g) | \($v.n)/\($all | length) | \($v | fmt) | \($v | vs($base)) | \($e | fmt) | \($e | vs($baseAll)) |"' \
+        "$dir"/trials/*-"$name"-*/results.json
+      if [ -z "$baseAll" ]; then
+        base=$(jq -s '[.[] | .trials[0] | select(.valid) | .server_cpu_us_per_handshake] | if length > 0 then add / length else "" end' \
+          "$dir"/trials/*-"$name"-*/results.json | tr -d '"')
+        baseAll=$(jq -s '[.[] | .trials[0] | .server_cpu_us_per_handshake | select(. != null)] | if length > 0 then add / length else "" end' \
+          "$dir"/trials/*-"$name"-*/results.json | tr -d '"')
+      fi
+    done <"$dir/configs"
+  } >"$dir/table.md"
+  {
+    echo "| # | configuration | trial | valid | server CPU µs per handshake | completed | send lag p99 ms | invalid because |"
+    echo "|--:|---|--:|---|--:|--:|--:|---|"
+    for f in "$dir"/trials/*/results.json; do
+      n=${f#"$dir"/trials/}
+      n=${n%%/*}
+      jq -r --arg n "$n" '.trials[0] | "| \($n | split("-")[0]) | \($n | split("-")[1:-1] | join("-")) | \($n | split("-")[-1]) | \(.valid) | \(.server_cpu_us_per_handshake // "" | if . == "" then "" else (. * 10 | round / 10) end) | \(.completed) | \(.send_lag_ms.p99 * 10 | round / 10) | \((.invalid_reasons // []) | map(split(":")[0]) | join(", ")) |"' "$f"
+    done | sort -t'|' -k2 -n
+  } >"$dir/trials.md"
+}
+
 # --- server CPU per full handshake, three configurations, trials shuffled.
 study_cpu() {
   need "$NGINX30" "apt-get install nginx"
@@ -175,26 +218,7 @@ study_cpu() {
       $LOADGEN_FLAGS -out "$dir/trials/$n-$name-$t" >"$dir/trials-$n.md" 2>"$dir/trials-$n.err" ||
       echo "  trial $n ($name #$t) exit $?: $(grep -m1 -i 'invalid\|error' "$dir/trials-$n.err" || true)"
   done <<<"$order"
-  # The table: valid trials only, mean and sample sd per configuration.
-  {
-    echo "| configuration | TLS library | ssl_ecdh_curve | clients offer | negotiated | valid trials | server CPU µs per full handshake (± sd) | vs OpenSSL 3.0 classical |"
-    echo "|---|---|---|---|---|--:|--:|--:|"
-    local base=""
-    while IFS='|' read -r name lib curves; do
-      jq -rs --arg name "$name" --arg lib "$lib" --arg curves "$curves" --arg base "$base" '
-        (.[0].arms[0].groups | join(",")) as $offer | [.[] | .trials[0]] as $all | [$all[] | select(.valid)] as $v
-        | ($v | map(.server_cpu_us_per_handshake)) as $x | ($x | length) as $n
-        | (if $n > 0 then ($x | add / $n) else null end) as $m
-        | (if $n > 1 then (($x | map((. - $m) * (. - $m)) | add) / ($n - 1) | sqrt) else 0 end) as $sd
-        | ([$all[] | .groups // {} | to_entries[]] | group_by(.key) | map("\(.[0].key) \(map(.value) | add)") | join(", ")) as $g
-        | "| \($name) | \($lib) | `\($curves)` | \($offer) | \($g) | \($n)/\($all | length) | \(if $m then "\($m * 10 | round / 10) ± \($sd * 10 | round / 10)" else "no valid trial" end) | \(if $m and ($base != "") then ((($m / ($base | tonumber) - 1) * 1000 | round) / 10) as $p | "\(if $p >= 0 then "+" else "" end)\($p)%" elif $m then "+0.0%" else "" end) |"' \
-        "$dir"/trials/*-"$name"-*/results.json
-      if [ -z "$base" ]; then
-        base=$(jq -s '[.[] | .trials[0] | select(.valid) | .server_cpu_us_per_handshake] | if length > 0 then add / length else empty end' \
-          "$dir"/trials/*-"$name"-*/results.json)
-      fi
-    done <"$dir/configs"
-  } >"$dir/table.md"
+  cpu_tables "$dir"
   cat "$dir/table.md"
   for m in "${pids[@]}"; do nginx_stop "$m"; done
   pids=()
@@ -348,8 +372,9 @@ mkdir -p "$OUT"
 echo "migration-study: $(date -u +%FT%TZ) on $(uname -n), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); output in $OUT"
 case "${1:-all}" in
 cpu) study_cpu ;;
+cpu-table) cpu_tables "$OUT/cpu" && cat "$OUT/cpu/table.md" "$OUT/cpu/trials.md" ;;
 swap) study_swap ;;
 bytes) study_bytes ;;
 all) study_cpu; study_swap; study_bytes ;;
-*) die "usage: $0 cpu|swap|bytes|all" ;;
+*) die "usage: $0 cpu|swap|bytes|all|cpu-table" ;;
 esac
