@@ -20,8 +20,8 @@
 # Needs: bin/pqwatch (make build), Debian 12's nginx (/usr/sbin/nginx, OpenSSL
 # 3.0), nginx on OpenSSL 3.5 (make nginx-openssl35), the openssl command of
 # OpenSSL 3.5 (make openssl35), caddy, tcpdump or dumpcap, jq, Go (the chart).
-# Settings (environment): OUT (default /tmp/pqwatch-study), RATE (200),
-# DURATION (5), WARMUP (1), TRIALS (5, per configuration), SEED (1),
+# Settings (environment): OUT (default /tmp/pqwatch-study), RATE (100),
+# DURATION (20), WARMUP (1), TRIALS (6, per configuration), SEED (1),
 # SWAP_RATE (100), PORT_BASE (18440), SNI (localhost), LOADGEN_FLAGS (more flags for the cpu
 # trials' loadgen).
 set -euo pipefail
@@ -29,10 +29,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-/tmp/pqwatch-study}
-RATE=${RATE:-200}
-DURATION=${DURATION:-5}
+RATE=${RATE:-100}
+DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-1}
-TRIALS=${TRIALS:-5}
+TRIALS=${TRIALS:-6}
 SEED=${SEED:-1}
 SWAP_RATE=${SWAP_RATE:-100}
 PORT_BASE=${PORT_BASE:-18440}
@@ -132,8 +132,8 @@ openssl_of() {
   echo "$v"
 }
 
-# cpu_tables DIR: the CPU table (DIR/table.md) and the trials (DIR/trials.md)
-# from the trials in DIR.
+# cpu_tables DIR: the CPU table (DIR/table.md) and the trials (DIR/trials.md,
+# DIR/trials.json) from the trials in DIR.
 cpu_tables() {
   local dir=$1 name lib curves f n
   # The table: mean and sample sd per configuration over its valid trials,
@@ -147,8 +147,9 @@ cpu_tables() {
       jq -rs --arg name "$name" --arg lib "$lib" --arg curves "$curves" --arg base "$base" --arg baseAll "$baseAll" '
         def stats: (length) as $n | (if $n > 0 then (add / $n) else null end) as $m
           | {n: $n, m: $m, sd: (if $n > 1 then ((map((. - $m) * (. - $m)) | add) / ($n - 1) | sqrt) else 0 end)};
-        def fmt: if .m then "\(.m * 10 | round / 10) ± \(.sd * 10 | round / 10)" else "no valid trial" end;
-        def vs($b): if .m and ($b != "") then (((.m / ($b | tonumber) - 1) * 1000 | round) / 10) as $p | "\(if $p >= 0 then "+" else "" end)\($p)%" elif .m then "+0%" else "" end;
+        def dec1: if . < 0 then "-" + (-. | dec1) else (. * 10 | round) as $r | "\(($r - $r % 10) / 10).\($r % 10)" end;
+        def fmt: if .m then "\(.m | dec1) ± \(.sd | dec1)" else "no valid trial" end;
+        def vs($b): if .m and ($b != "") then ((.m / ($b | tonumber) - 1) * 100) as $p | "\(if $p >= 0 then "+" else "" end)\($p | dec1)%" elif .m then "+0.0%" else "" end;
         (.[0].arms[0].groups | join(",")) as $offer | [.[] | .trials[0]] as $all
         | ([$all[] | select(.valid) | .server_cpu_us_per_handshake] | stats) as $v
         | ([$all[] | .server_cpu_us_per_handshake | select(. != null)] | stats) as $e
@@ -172,6 +173,12 @@ cpu_tables() {
       jq -r --arg n "$n" '.trials[0] | "| \($n | split("-")[0]) | \($n | split("-")[1:-1] | join("-")) | \($n | split("-")[-1]) | \(.valid) | \(.server_cpu_us_per_handshake // "" | if . == "" then "" else (. * 10 | round / 10) end) | \(.completed) | \(.send_lag_ms.p99 * 10 | round / 10) | \((.invalid_reasons // []) | map(split(":")[0]) | join(", ")) |"' "$f"
     done | sort -t'|' -k2 -n
   } >"$dir/trials.md"
+  for f in "$dir"/trials/*/results.json; do
+    n=${f#"$dir"/trials/}
+    n=${n%%/*}
+    jq -c --arg n "$n" '.trials[0] | {n: ($n | split("-")[0] | tonumber), config: ($n | split("-")[1:-1] | join("-")),
+      trial: ($n | split("-")[-1] | tonumber), valid, server_cpu_us_per_handshake, groups, invalid_reasons}' "$f"
+  done | jq -s 'sort_by(.n)' >"$dir/trials.json"
 }
 
 # --- server CPU per full handshake, three configurations, trials shuffled.
@@ -346,7 +353,7 @@ EOF
   for g in X25519 X25519MLKEM768; do
     echo | "$OPENSSL35" s_client -connect "127.0.0.1:$port" -servername "$SNI" -groups "$g" -msg \
       >"$dir/s_client-$g.txt" 2>&1 || die "s_client -groups $g failed: see $dir/s_client-$g.txt"
-    echo "s_client -groups $g: $(grep -m1 'Negotiated TLS1.3 group\|Server Temp Key' "$dir/s_client-$g.txt" || true)"
+    echo "s_client -groups $g: $(grep -m1 'Negotiated TLS1.3 group\|Peer Temp Key\|Server Temp Key' "$dir/s_client-$g.txt" || true)"
     sleep 0.3
   done
   sleep 1

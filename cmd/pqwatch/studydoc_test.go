@@ -11,6 +11,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,7 +54,7 @@ func studyCommands(t *testing.T) []string {
 
 var (
 	makeTargetRe = regexp.MustCompile(`(?m)^([A-Za-z0-9_.-]+):`)
-	scriptCaseRe = regexp.MustCompile(`(?m)^([a-z|]+)\) `)
+	scriptCaseRe = regexp.MustCompile(`(?m)^([a-z|-]+)\) `)
 	scriptVarRe  = regexp.MustCompile(`\$\{([A-Z0-9_]+):-`)
 	goFlagRe     = regexp.MustCompile(`flag\.(?:String|Bool|Int|Float64|Duration|Var)\((?:&\w+, )?"([a-z0-9-]+)"`)
 )
@@ -175,5 +176,124 @@ func TestMigrationStudyBytes(t *testing.T) {
 		if !strings.EqualFold(row[0], want[0]) || !slices.Equal(row[1:], want[1:]) {
 			t.Errorf("the doc's row %q, the capture's %q", row, want)
 		}
+	}
+}
+
+// studyTrial is one trial of the CPU table, as testdata/study/cpu-trials.json
+// keeps it (migration-study.sh cpu's results.json files, trimmed).
+type studyTrial struct {
+	N      int            `json:"n"` // position in the shuffled order
+	Config string         `json:"config"`
+	Trial  int            `json:"trial"`
+	Valid  bool           `json:"valid"`
+	CPU    *float64       `json:"server_cpu_us_per_handshake"`
+	Groups map[string]int `json:"groups"`
+}
+
+func meanSD(v []float64) (m, sd float64) {
+	for _, x := range v {
+		m += x
+	}
+	m /= float64(len(v))
+	if len(v) > 1 {
+		for _, x := range v {
+			sd += (x - m) * (x - m)
+		}
+		sd = math.Sqrt(sd / float64(len(v)-1))
+	}
+	return m, sd
+}
+
+// TestMigrationStudyCPU: the doc's CPU table is the trials' mean and sd,
+// and the trials ran in one shuffled order.
+func TestMigrationStudyCPU(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "testdata/study/cpu-trials.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var trials []studyTrial
+	if err := json.Unmarshal(b, &trials); err != nil {
+		t.Fatal(err)
+	}
+	rows := tableRows(section(t, readRepo(t, studyDoc), "Server CPU per full handshake"))
+	if len(rows) != 3 {
+		t.Fatalf("the doc's CPU table has %d rows, want 3", len(rows))
+	}
+	fmtMS := func(v []float64) string {
+		if len(v) == 0 {
+			return "no valid trial"
+		}
+		m, sd := meanSD(v)
+		return fmt.Sprintf("%.1f ± %.1f", m, sd)
+	}
+	var baseValid, baseAll float64
+	for i, row := range rows {
+		var valid, all []float64
+		groups := map[string]int{}
+		n := 0
+		for _, tr := range trials {
+			if tr.Config != row[0] {
+				continue
+			}
+			n++
+			for g, c := range tr.Groups {
+				groups[g] += c
+			}
+			if tr.CPU == nil {
+				continue
+			}
+			all = append(all, *tr.CPU)
+			if tr.Valid {
+				valid = append(valid, *tr.CPU)
+			}
+		}
+		if n == 0 {
+			t.Errorf("the doc's row %q: no such configuration in the trials", row[0])
+			continue
+		}
+		var gs []string
+		for g, c := range groups {
+			gs = append(gs, fmt.Sprintf("%s %d", g, c))
+		}
+		slices.Sort(gs)
+		want := []string{strings.Join(gs, ", "), fmt.Sprintf("%d/%d", len(valid), n), fmtMS(valid), fmtMS(all)}
+		if got := []string{row[4], row[5], row[6], row[8]}; !slices.Equal(got, want) {
+			t.Errorf("the doc's row %q: the trials give %q", row, want)
+		}
+		vs := func(v []float64, base float64) string {
+			if len(v) == 0 {
+				return ""
+			}
+			m, _ := meanSD(v)
+			p := math.Round((m/base-1)*1000) / 10
+			if p >= 0 {
+				return fmt.Sprintf("+%.1f%%", p)
+			}
+			return fmt.Sprintf("%.1f%%", p)
+		}
+		if i == 0 {
+			if len(valid) > 0 {
+				baseValid, _ = meanSD(valid)
+			}
+			baseAll, _ = meanSD(all)
+			continue
+		}
+		if baseValid > 0 && row[7] != vs(valid, baseValid) {
+			t.Errorf("the doc's row %q: vs OpenSSL 3.0 (valid) %s, the trials give %s", row[0], row[7], vs(valid, baseValid))
+		}
+		if row[9] != vs(all, baseAll) {
+			t.Errorf("the doc's row %q: vs OpenSSL 3.0 (every trial) %s, the trials give %s", row[0], row[9], vs(all, baseAll))
+		}
+	}
+	// Shuffled: the configurations interleave.
+	slices.SortFunc(trials, func(a, b studyTrial) int { return a.N - b.N })
+	runs := 1
+	for i := 1; i < len(trials); i++ {
+		if trials[i].Config != trials[i-1].Config {
+			runs++
+		}
+	}
+	if runs < len(trials)/3 {
+		t.Errorf("the trials ran in %d blocks of one configuration: not shuffled", runs)
 	}
 }

@@ -68,8 +68,8 @@ type lgResults struct {
 }
 
 type event struct {
-	t                 time.Time
-	kind, gen, detail string
+	t                time.Time
+	kind, gen, other string
 }
 
 // slog's text handler: key=value, values with spaces quoted.
@@ -100,6 +100,8 @@ func agentEvents(path string) ([]event, error) {
 				e.kind = v
 			case "generation":
 				e.gen = v
+			case "other":
+				e.other = v
 			case "ts":
 				e.t, _ = time.Parse(time.RFC3339Nano, v)
 			}
@@ -192,9 +194,20 @@ func run(records string, results []string, agentLog string, bin float64, out str
 		}
 	}
 	var evs []event
+	others := 0
 	if agentLog != "" {
-		if evs, err = agentEvents(agentLog); err != nil {
+		all, err := agentEvents(agentLog)
+		if err != nil {
 			return err
+		}
+		// Only the events of the generations on the chart: pqwatch run
+		// tracks every nginx on the host, other people's swaps too.
+		for _, e := range all {
+			if gens[e.gen] == nil && gens[e.other] == nil {
+				others++
+				continue
+			}
+			evs = append(evs, e)
 		}
 		for _, e := range evs {
 			markers = append(markers, loadgen.ChartMarker{Offset: e.t.Sub(origin).Seconds(), Label: "pqwatch: " + e.kind + " " + masterOf(e.gen), Kind: "event"})
@@ -218,6 +231,9 @@ func run(records string, results []string, agentLog string, bin float64, out str
 	}
 	for _, e := range evs {
 		fmt.Fprintf(w, "pqwatch swap event at %.2f s: %s %s\n", e.t.Sub(origin).Seconds(), e.kind, e.gen)
+	}
+	if others > 0 {
+		fmt.Fprintf(w, "%d swap events of generations that served none of the records left out\n", others)
 	}
 	svg := loadgen.GenerationChart("Handshakes per server generation (pqwatch run's records) across the swap", series, markers, bin)
 	return os.WriteFile(out, svg, 0o644)

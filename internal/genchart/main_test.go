@@ -22,6 +22,7 @@ func TestRun(t *testing.T) {
 	os.WriteFile(res, []byte(`{"started":"2026-12-05T12:41:04.000000000Z","events":[{"time":"2026-12-05T12:41:04.900000000Z","step":"USR2 old master","pid":26920,"ok":true}]}`), 0o644)
 	log := filepath.Join(dir, "pqwatch.log")
 	os.WriteFile(log, []byte(`time=2026-12-05T12:41:24.607Z level=INFO msg="go processors" gomaxprocs=2
+time=2026-12-05T12:41:06.000Z level=INFO msg="swap event" component=proctrack kind=usr2 generation=nginx-2c28ddf8a9ed-11709 other=nginx-3bac05767a0a-11684 msg="new master 11709" ts=2026-12-05T12:41:06.000Z
 time=2026-12-05T12:41:24.607Z level=WARN msg="swap event" component=proctrack kind=failed generation=nginx-3df098091284-27282 other=nginx-3df098091284-27282 msg="swap failed ([emerg] x=\"y z\"): no new master runs" ts=2026-12-05T12:41:07.000Z
 `), 0o644)
 	var out bytes.Buffer
@@ -34,6 +35,7 @@ time=2026-12-05T12:41:24.607Z level=WARN msg="swap event" component=proctrack ki
 		"| nginx-3bac05767a0a-26920 | OpenSSL 3.0.19 | 1 | 0 | 0.0% | 0.50 | 0.50 |",
 		"| nginx-3df098091284-27282 | OpenSSL 3.5.7 | 2 | 2 | 100.0% | 1.00 | 2.00 |",
 		"pqwatch swap event at 3.00 s: failed nginx-3df098091284-27282",
+		"1 swap events of generations that served none of the records left out",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
