@@ -118,6 +118,7 @@ type ECSPQWatch struct {
 	JA4                     string            `json:"ja4,omitempty"`
 	Log                     *ECSLog           `json:"log,omitempty"`
 	Generation              *ECSGeneration    `json:"generation,omitempty"`
+	Pod                     *record.Pod       `json:"pod,omitempty"`
 }
 
 // ECSLog is the joined log line's part ECS has no name for.
@@ -195,6 +196,7 @@ func ToECS(h *record.Handshake) ECS {
 	if _, _, ok := ecsVersionOf(h.Version); !ok {
 		p.Version = h.Version
 	}
+	p.Pod = h.ServerPod()
 	if l := h.Log; l != nil {
 		p.Log = &ECSLog{Source: l.Source, PID: l.PID, SSLCurve: l.SSLCurve}
 		if l.Method != "" || l.Status != 0 {
@@ -256,6 +258,9 @@ func ParseECS(line []byte) (*record.Handshake, error) {
 		ClientHelloBytes: p.ClientHelloBytes, ServerHelloBytes: p.ServerHelloBytes,
 		ClientHelloSegments: p.ClientHelloSegments, ClientHelloWireSegments: p.ClientHelloWireSegments,
 		GroupMissing: p.GroupMissing, Outcome: p.Outcome, Alert: p.Alert, HandshakeRTTMicros: p.HandshakeRTTMicros, JA4: p.JA4,
+	}
+	if p.Pod != nil {
+		h.Pod = p.Pod
 	}
 	if e.TLS.Version != "" {
 		h.Version = strings.ToUpper(e.TLS.VersionProtocol) + e.TLS.Version

@@ -21,6 +21,7 @@ func ecsSample() *record.Handshake {
 // TestECSReadsBack: the ECS view of a record reads back to the record.
 func TestECSReadsBack(t *testing.T) {
 	h := ecsSample()
+	h.Pod = &record.Pod{Namespace: "web", Name: "web-0", UID: "0f4c8a52-3c1e-4a8e-9d52-1b2c3d4e5f60", Container: "nginx"}
 	back, err := ParseECS(AppendECS(nil, h))
 	if err != nil {
 		t.Fatal(err)

@@ -94,6 +94,20 @@ func AppendJSON(dst []byte, h *record.Handshake) []byte {
 		dst = appendOptString(dst, `,"openssl":`, g.OpenSSL)
 		dst = append(dst, '}')
 	}
+	if p := h.ServerPod(); p != nil {
+		dst = append(dst, `,"pod":{`...)
+		n := len(dst)
+		dst = appendOptString(dst, `,"namespace":`, p.Namespace)
+		dst = appendOptString(dst, `,"name":`, p.Name)
+		dst = appendOptString(dst, `,"uid":`, p.UID)
+		dst = appendOptString(dst, `,"container":`, p.Container)
+		if len(dst) > n {
+			// The first field's comma goes: {"namespace":...
+			copy(dst[n:], dst[n+1:])
+			dst = dst[:len(dst)-1]
+		}
+		dst = append(dst, '}')
+	}
 	dst = appendOptString(dst, `,"node":`, h.Node)
 	if h.HasID() {
 		// The agent's IDs are hex digits and a dash: nothing to escape.

@@ -36,6 +36,16 @@ func jsonCases() map[string]*record.Handshake {
 	live.Node, live.ID = "edge-7.example", "9f3c2a1b0d4e5f60-000000000000002a"
 	nodeOnly := classicalRecord()
 	nodeOnly.Node = "edge-7"
+	// A pod from the log's directory, one from the generation's cgroup
+	// (UID and container ID only), and one with nothing known.
+	podLog := sampleRecord()
+	podLog.Pod = &record.Pod{Namespace: "ingress-nginx", Name: "ingress-nginx-controller-7d9f-x2b4q", UID: "0f4c8a52-3c1e-4a8e-9d52-1b2c3d4e5f60", Container: "controller"}
+	podGen := sampleRecord()
+	gen := *podGen.Generation
+	gen.Pod = &record.Pod{UID: "0f4c8a52-3c1e-4a8e-9d52-1b2c3d4e5f60", ContainerID: "ab12"}
+	podGen.Generation = &gen
+	podEmpty := classicalRecord()
+	podEmpty.Pod = &record.Pod{}
 	rsa := classicalRecord()
 	rsa.Version, rsa.Group, rsa.GroupMissing = "TLS1.2", "", record.GroupMissingNoKeyExchange
 	// The sniffer's: Client left to the address fields.
@@ -48,6 +58,7 @@ func jsonCases() map[string]*record.Handshake {
 		"resumed TLS1.2": resumed12, "resumed TLS1.3": resumed13, "RSA key transport": rsa,
 		"hybrid": sampleRecord(), "classical": classicalRecord(), "minimal": minimal,
 		"escapes": escapes, "non-UTC ts": local, "alert with HRR": alert,
+		"pod from the log": podLog, "pod from the generation": podGen, "pod with nothing known": podEmpty,
 		"live node and id": live, "node without id": nodeOnly,
 		"client in fields (IPv4)": fields4, "client in fields (IPv6)": fields6,
 		"empty slices": {ALPN: []string{}, KeyShares: []record.KeyShare{}, Log: &record.Log{}, Generation: &record.Generation{}},

@@ -36,6 +36,25 @@ type Generation struct {
 	Exe       string `json:"exe,omitempty"`
 	ExeSHA256 string `json:"exe_sha256,omitempty"`
 	OpenSSL   string `json:"openssl,omitempty"`
+	// Pod is the Kubernetes pod the generation's main process runs in
+	// (from its cgroup), nil when none: the record's pod unless its log
+	// line named one (see Handshake.ServerPod). Not part of the
+	// generation's JSON.
+	Pod *Pod `json:"-"`
+}
+
+// Pod names the Kubernetes pod of the server that served a handshake:
+// its namespace, name and UID, and the container's name, each where known
+// (a cgroup path names the UID and the container's ID only; the pod's log
+// directory, /var/log/pods/NAMESPACE_NAME_UID/CONTAINER/, the rest).
+type Pod struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+	Container string `json:"container,omitempty"`
+	// ContainerID is the runtime's ID of the container (64 hex digits),
+	// from the cgroup path; not serialised.
+	ContainerID string `json:"-"`
 }
 
 // GenerationNginx is the kind of an nginx generation, the first part of its
@@ -134,6 +153,10 @@ type Handshake struct {
 	JA4                     string      `json:"ja4,omitempty"`
 	Log                     *Log        `json:"log,omitempty"`
 	Generation              *Generation `json:"generation,omitempty"`
+	// Pod is the pod that served the handshake: set by the access-log
+	// join from the container log's directory; when nil, the encoders
+	// write the generation's (ServerPod).
+	Pod *Pod `json:"pod,omitempty"`
 	// Node is the node the agent observed the record on (Kubernetes node
 	// name, else the host name); ID is unique per record across nodes and
 	// agent restarts, so that consumers of at-least-once delivery can drop
@@ -194,6 +217,18 @@ type View struct {
 	// Seq is, for TCP, the sequence number of the ClientHello's first
 	// byte.
 	Seq uint32
+}
+
+// ServerPod is the pod that served the handshake: Pod, else the
+// generation's; nil when neither names one.
+func (h *Handshake) ServerPod() *Pod {
+	if h.Pod != nil {
+		return h.Pod
+	}
+	if h.Generation != nil {
+		return h.Generation.Pod
+	}
+	return nil
 }
 
 // HasID says whether the record has an ID (ID or IDSeq set).
@@ -296,6 +331,7 @@ func (h Handshake) MarshalJSON() ([]byte, error) {
 	type plain Handshake
 	h.ID = h.RecordID()
 	h.Client = h.ClientText()
+	h.Pod = h.ServerPod()
 	return json.Marshal(struct {
 		TS string `json:"ts"`
 		plain

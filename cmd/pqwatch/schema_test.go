@@ -100,6 +100,7 @@ func TestSchemaFields(t *testing.T) {
 		{"record key_shares", rec, []string{"properties", "key_shares", "items"}, reflect.TypeFor[record.KeyShare]()},
 		{"record log", rec, []string{"properties", "log"}, reflect.TypeFor[record.Log]()},
 		{"record generation", rec, []string{"properties", "generation"}, reflect.TypeFor[record.Generation]()},
+		{"record pod", rec, []string{"properties", "pod"}, reflect.TypeFor[record.Pod]()},
 		{"rollup", roll, nil, reflect.TypeFor[report.RollupRow]()},
 		{"rollup groups", roll, []string{"properties", "groups", "additionalProperties"}, reflect.TypeFor[report.RollupGroup]()},
 		{"rollup percentiles", roll, []string{"$defs", "percentiles"}, reflect.TypeFor[report.Percentiles]()},
@@ -141,6 +142,7 @@ func TestSchemaValidates(t *testing.T) {
 			h.Node, h.ID = "edge-1", "9f3c2a1b0d4e5f60-000000000000002a"
 			h.Generation = &record.Generation{ID: "g1", MasterPID: 10, WorkerPID: 11, Exe: "/usr/sbin/nginx",
 				ExeSHA256: strings.Repeat("ab", 32), OpenSSL: "OpenSSL 3.0.17"}
+			h.Pod = &record.Pod{Namespace: "web", Name: "web-0", UID: "0f4c8a52-3c1e-4a8e-9d52-1b2c3d4e5f60", Container: "nginx"}
 		}
 		validate(t, recSchema, "record "+h.ClientText(), string(exporter.AppendJSON(nil, &h)))
 		ru.Write(&h)
