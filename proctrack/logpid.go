@@ -44,6 +44,8 @@ type LogPID struct {
 	pending  map[*record.Handshake]pendingCount
 	sweeping bool
 
+	ns nsPIDs // $pid read in the generation's PID namespace (nspid.go)
+
 	found     atomic.Uint64 // records without a generation that $pid attributed
 	corrected atomic.Uint64 // records whose generation $pid replaced
 	unknown   atomic.Uint64 // $pid of no tracked process
@@ -194,11 +196,17 @@ func (s *LogPID) Process(r *record.Handshake) {
 		s.hand(r, counted)
 		return
 	}
-	if s.resolve(r, l.PID) {
+	pid, ok := s.hostPID(r, l.PID)
+	if !ok {
+		s.unknown.Add(1)
 		s.hand(r, counted)
 		return
 	}
-	if g := r.Generation; g != nil && g.WorkerPID == l.PID {
+	if s.resolve(r, pid) {
+		s.hand(r, counted)
+		return
+	}
+	if g := r.Generation; g != nil && g.WorkerPID == pid {
 		s.hand(r, counted) // the accept event named this worker already
 		return
 	}
@@ -206,7 +214,7 @@ func (s *LogPID) Process(r *record.Handshake) {
 	// will. Anything else is not worth a wait: no process, or one that is
 	// no nginx (an nginx in a container logs its own PID namespace's
 	// numbers, which on the host are other processes).
-	if !isNginx(s.t.cfg.ProcRoot, s.t.cfg.NginxComms, l.PID) {
+	if !isNginx(s.t.cfg.ProcRoot, s.t.cfg.NginxComms, pid) {
 		s.unknown.Add(1)
 		s.hand(r, counted)
 		return
@@ -219,7 +227,7 @@ func (s *LogPID) Process(r *record.Handshake) {
 		s.hand(r, counted)
 		return
 	}
-	s.held = append(s.held, heldRecord{r, l.PID, time.Now(), counted})
+	s.held = append(s.held, heldRecord{r, pid, time.Now(), counted})
 	if !s.running {
 		s.running, s.done = true, make(chan struct{})
 		go s.hold()

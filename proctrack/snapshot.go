@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/pqwatch/pqwatch/internal/procfs"
+	"github.com/pqwatch/pqwatch/kubepod"
+	"github.com/pqwatch/pqwatch/record"
 )
 
 // Reading /proc into a snapshot: the server processes (nginx masters,
@@ -64,6 +66,9 @@ type identity struct {
 	conf    string // nginx -c path
 	pidFile string // nginx's pid file
 	errLog  string // the error log before the configuration is read: -e, or the compiled-in one
+
+	// pod is the Kubernetes pod, from the cgroup path (pod.go); nil: none.
+	pod *record.Pod
 }
 
 // procReader reads /proc into snapshots. It is not safe for concurrent use
@@ -80,6 +85,7 @@ type procReader struct {
 	nginxPidFile string
 	nginxErrLog  string
 	files        *fileCache
+	pods         *kubepod.Resolver // names a process's pod (pod.go)
 	log          *slog.Logger
 	watch        *changeWatch // the probe's pidfds and pid-file watches (nil: none)
 
@@ -109,7 +115,7 @@ func newProcReader(cfg Config, btime int64, log *slog.Logger) *procReader {
 		root: cfg.ProcRoot, nginxComms: cfg.NginxComms, scanInterval: cfg.ScanInterval,
 		btime: btime, clockTicks: cfg.ClockTicks, pageSize: cfg.PageSize,
 		nginxConf: cfg.NginxConf, nginxPrefix: cfg.NginxPrefix, nginxPidFile: cfg.NginxPidFile, nginxErrLog: cfg.NginxErrorLog,
-		files: newFileCache(256), log: log,
+		files: newFileCache(256), log: log, pods: &kubepod.Resolver{PodsDir: cfg.PodLogs},
 		buf:  make([]byte, 0, 4096),
 		last: map[int]procKey{}, roles: map[procKey]roleInfo{}, idents: map[procKey]identity{},
 	}
@@ -371,6 +377,7 @@ func (r *procReader) identify(pid int, ri roleInfo) identity {
 	}
 	id.exe, id.sha256 = link, info.SHA256
 	id.openssl = r.tlsLibrary(pid, exePath)
+	id.pod = r.podOf(pid)
 	if ri.role == roleMaster {
 		_, conf, prefix := masterArgs(ri.masterArgs)
 		if prefix == "" {

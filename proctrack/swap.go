@@ -406,7 +406,7 @@ func (s *swapState) newGeneration(p *proc, kind string) *generation {
 func (g *generation) identify(p *proc) {
 	g.ident = p.ident
 	pid := p.key.pid
-	g.rec = record.Generation{MasterPID: pid, Exe: p.ident.exe, ExeSHA256: p.ident.sha256, OpenSSL: p.ident.openssl}
+	g.rec = record.Generation{MasterPID: pid, Exe: p.ident.exe, ExeSHA256: p.ident.sha256, OpenSSL: p.ident.openssl, Pod: p.ident.pod}
 	sha12 := p.ident.sha256
 	if len(sha12) > 12 {
 		sha12 = sha12[:12]

@@ -107,6 +107,11 @@ type Config struct {
 	// (where a new binary started by USR2 logs its configuration errors).
 	// Debian's by default.
 	NginxConf, NginxPrefix, NginxPidFile, NginxErrorLog string
+	// PodLogs is kubelet's pod log directory (/var/log/pods), "" for
+	// none: a server in a pod is named from its cgroup path (the pod's UID
+	// and container ID) and from this directory (its namespace and name,
+	// the container's name); see package kubepod.
+	PodLogs string
 	// ClockTicks is USER_HZ (CLK_TCK), 100 by default.
 	ClockTicks int64
 	// PageSize is the page size for /proc/PID/statm, os.Getpagesize() by default.
