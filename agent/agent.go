@@ -97,6 +97,9 @@ type Config struct {
 
 	TrackProcesses bool   // attribute handshakes to server generations
 	ProcRoot       string // /proc, or /host/proc in Kubernetes
+	// PodLogs is kubelet's pod log directory (/var/log/pods), "" for
+	// none: it names the pod of a server in one (see PodLogConfig).
+	PodLogs string
 	// NginxComms are the process names tracked as nginx masters and
 	// workers (default {"nginx"}; an nginx fork may go by another name).
 	NginxComms []string
@@ -256,7 +259,7 @@ func New(cfg Config) (a *Agent, err error) {
 	}
 	var logPID *proctrack.LogPID // $pid attribution after the log join
 	if cfg.TrackProcesses {
-		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms, NoAcceptEvents: cfg.NoAcceptEvents, AllAcceptEvents: cfg.AllAcceptEvents})
+		pt, err := proctrack.New(proctrack.Config{ProcRoot: cfg.ProcRoot, Logger: cfg.Logger, ServerPorts: cfg.Ports, NginxComms: cfg.NginxComms, NoAcceptEvents: cfg.NoAcceptEvents, AllAcceptEvents: cfg.AllAcceptEvents, PodLogs: cfg.PodLogs})
 		if err != nil {
 			a.log.Warn("process tracking disabled", "err", err)
 		} else {

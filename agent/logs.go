@@ -79,6 +79,7 @@ func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
 		}()
 	}
 	access := func(path, how string, lr *logjoin.LineReader) {
+		lr.SetPath(path) // a pod's container log names the pod
 		src := lr.Source()
 		m := &matchCheck{path: path, how: how, lr: lr, log: a.log}
 		f := &logFile{lf: logjoin.LogFile{Path: path, Source: src, Format: lr.FormatName(), How: how}, m: m}

@@ -3,6 +3,9 @@ package logjoin
 import (
 	"errors"
 	"testing"
+	"time"
+
+	"github.com/pqwatch/pqwatch/record"
 
 	"github.com/pqwatch/pqwatch/logparse"
 )
@@ -64,5 +67,34 @@ func TestReadWhyContainer(t *testing.T) {
 	caddy := `{"log":"{\"level\":\"info\",\"ts\":1767268800.1,\"logger\":\"http.log.access\",\"request\":{\"remote_ip\":\"10.0.0.3\",\"remote_port\":\"40001\",\"method\":\"GET\",\"uri\":\"/c\u003c1\"},\"status\":200}\n","stream":"stdout","time":"2026-12-05T08:58:45.419141256Z"}`
 	if l, res, why := cr.ReadWhy([]byte(caddy)); res != LineOK || l.Log.Path != "/c<1" || l.Port != 40001 {
 		t.Errorf("caddy in json-file: %v %+v %v", res, l, why)
+	}
+}
+
+// TestPodFromLogPath: a pod's container log names the pod in its lines
+// and in the records they join; another log names none.
+func TestPodFromLogPath(t *testing.T) {
+	const uid = "3f8a2c1e-5b7d-4e9a-8c6f-0123456789ab"
+	lr := NewNginxReader(nil)
+	p := lr.SetPath("/var/log/pods/web_web-0_" + uid + "/nginx/0.log")
+	want := record.Pod{Namespace: "web", Name: "web-0", UID: uid, Container: "nginx"}
+	if p == nil || *p != want {
+		t.Fatalf("SetPath: %+v, want %+v", p, want)
+	}
+	l, res, _ := lr.ReadWhy([]byte(criPrefix + "stdout F " + plainNginx))
+	if res != LineOK || l.Pod != p {
+		t.Fatalf("line: %v, pod %+v", res, l.Pod)
+	}
+	var got []*record.Handshake
+	j := New(Options{Emit: func(h *record.Handshake) { got = append(got, h) }})
+	h := &record.Handshake{TS: l.Time.Add(-time.Millisecond), Transport: record.TransportTCP, Client: "10.0.0.2:40000", Server: "10.199.0.2:8443", Outcome: record.OutcomeOK}
+	h.ClientAddr = l.Addr
+	j.AddHandshake(h, time.Now())
+	j.AddLine(l, time.Now())
+	j.Flush()
+	if len(got) != 1 || got[0].Log == nil || got[0].Pod != p {
+		t.Fatalf("joined %d records: %+v", len(got), got)
+	}
+	if plain := NewNginxReader(nil); plain.SetPath("/var/log/nginx/access.log") != nil {
+		t.Error("a host log names a pod")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pqwatch/pqwatch/kubepod"
 	"github.com/pqwatch/pqwatch/logparse"
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -37,6 +38,16 @@ type LineReader struct {
 	nl     logparse.NginxLine
 	cl     logparse.CaddyLine
 	uw     logparse.Unwrapper // container log lines (CRI, Docker json-file)
+	pod    *record.Pod        // the pod whose container log this is (SetPath)
+}
+
+// SetPath says which file the reader reads: a pod's container log under
+// kubelet's pod log directory (.../NAMESPACE_NAME_UID/CONTAINER/N.log)
+// names its pod, and every line read takes it (Line.Pod). It returns the
+// pod, nil for another path.
+func (lr *LineReader) SetPath(path string) *record.Pod {
+	lr.pod, _ = kubepod.FromLogPath(path)
+	return lr.pod
 }
 
 // NewNginxReader reads an nginx access log written in format f (nil:
@@ -92,6 +103,7 @@ func (lr *LineReader) ReadWhy(raw []byte) (Line, LineResult, error) {
 	if !ok {
 		return Line{}, LineUnusable, ErrNoJoinKey
 	}
+	l.Pod = lr.pod
 	return l, LineOK, nil
 }
 
@@ -206,6 +218,7 @@ func (f Files) Join(recs []*record.Handshake) FileResult {
 	res := FileResult{Lines: map[string]int{}, Malformed: map[string]int{}, Unmatched: map[string]int{}}
 	var lines []Line
 	read := func(path, how string, lr *LineReader) {
+		lr.SetPath(path)
 		lf := LogFile{Path: path, Source: lr.source, Format: lr.FormatName(), How: how}
 		n := 0
 		err := eachLine(path, f.SymlinkDirs, func(b []byte) {

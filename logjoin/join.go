@@ -56,6 +56,10 @@ type Line struct {
 	// not logged.
 	Version string
 	Log     record.Log
+	// Pod is the pod whose container log the line was read from
+	// (kubepod.FromLogPath), nil for another log: a record it joins takes
+	// it as its Pod.
+	Pod *record.Pod
 }
 
 // FromNginx converts a parsed nginx line. ok is false when the line has no
@@ -297,7 +301,7 @@ func entryBytes(e *entry) int {
 // evidence of ambiguity needs only time, address and port.
 func (j *Joiner) settle(e *entry) {
 	if e.isLine {
-		e.line.Log = record.Log{Source: e.line.Log.Source}
+		e.line.Log, e.line.Pod = record.Log{Source: e.line.Log.Source}, nil
 	} else {
 		e.h = nil
 	}
@@ -1038,6 +1042,9 @@ func (j *Joiner) join(h, l *entry) {
 	h.state, l.state = stateJoined, stateJoined
 	lg := l.line.Log
 	h.h.Log = &lg
+	if l.line.Pod != nil {
+		h.h.Pod = l.line.Pod
+	}
 	j.st.Joined++
 	j.source(lg.Source).Joined++
 	if lg.SSLCurve != "" && h.h.Group != "" {

@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pqwatch/pqwatch/record"
 )
 
 // Collector exports the tracker's generations and swap events as const
@@ -21,8 +23,8 @@ func (t *Tracker) Collector() *Collector {
 	return &Collector{
 		t: t,
 		info: prometheus.NewDesc("pqwatch_generation_info",
-			"Identity of a server process generation (one master and its workers, one binary).",
-			[]string{"generation", "exe", "exe_sha256", "openssl", "master_pid"}, nil),
+			"Identity of a server process generation (one master and its workers, one binary), and the Kubernetes pod it runs in (empty outside one, or where not known).",
+			[]string{"generation", "exe", "exe_sha256", "openssl", "master_pid", "pod_namespace", "pod_name", "pod_container"}, nil),
 		cpu: prometheus.NewDesc("pqwatch_generation_cpu_seconds_total",
 			"User and system CPU seconds of the generation's own processes, exited workers included.",
 			[]string{"generation"}, nil),
@@ -94,8 +96,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !g.alive {
 			continue
 		}
+		var pod record.Pod
+		if g.rec.Pod != nil {
+			pod = *g.rec.Pod
+		}
 		ch <- prometheus.MustNewConstMetric(c.info, prometheus.GaugeValue, 1,
-			id, g.rec.Exe, g.rec.ExeSHA256, g.rec.OpenSSL, strconv.Itoa(g.rec.MasterPID))
+			id, g.rec.Exe, g.rec.ExeSHA256, g.rec.OpenSSL, strconv.Itoa(g.rec.MasterPID), pod.Namespace, pod.Name, pod.Container)
 		ch <- prometheus.MustNewConstMetric(c.rss, prometheus.GaugeValue, float64(g.rssBytes), id)
 		ch <- prometheus.MustNewConstMetric(c.workers, prometheus.GaugeValue, float64(len(g.live)), id)
 	}

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -107,6 +111,29 @@ func TestPodFixtureTree(t *testing.T) {
 		t.Fatalf("the pod's generation has pod %+v, want %+v", podGen.Pod, want)
 	}
 
+	// pqwatch_generation_info names the pod's generation's pod, and no
+	// pod for the host's.
+	info := map[int]string{}
+	ch := make(chan prometheus.Metric, 64)
+	tr.Collector().Collect(ch)
+	close(ch)
+	for m := range ch {
+		if !strings.HasPrefix(m.Desc().String(), `Desc{fqName: "pqwatch_generation_info"`) {
+			continue
+		}
+		var pb dto.Metric
+		m.Write(&pb)
+		l := map[string]string{}
+		for _, lp := range pb.GetLabel() {
+			l[lp.GetName()] = lp.GetValue()
+		}
+		pid, _ := strconv.Atoi(l["master_pid"])
+		info[pid] = l["pod_namespace"] + "/" + l["pod_name"] + "/" + l["pod_container"]
+	}
+	if info[100] != "//" || info[500] != "web/web-0/nginx" {
+		t.Errorf("pqwatch_generation_info pod labels by master: %v", info)
+	}
+
 	var out []*record.Handshake
 	lp := NewLogPID(tr).Then(func(r *record.Handshake) { out = append(out, r) })
 	logPod := &record.Pod{Namespace: "web", Name: "web-0", UID: uid, Container: "nginx"}
@@ -145,9 +172,9 @@ func TestPodFixtureTree(t *testing.T) {
 func TestParseNSpid(t *testing.T) {
 	for in, want := range map[string]string{
 		"Name:\tnginx\nNSpid:\t4242\t7\t1\nNSpgid:\t1\n": "[4242 7 1]",
-		"Name:\tnginx\nNSpid:\t4242\n":                  "[4242]",
-		"Name:\tnginx\nPid:\t4242\n":                    "[]",
-		"Name:\tnginx\nNSpid:\t42x\n":                   "[]",
+		"Name:\tnginx\nNSpid:\t4242\n":                   "[4242]",
+		"Name:\tnginx\nPid:\t4242\n":                     "[]",
+		"Name:\tnginx\nNSpid:\t42x\n":                    "[]",
 	} {
 		if got := fmt.Sprint(parseNSpid([]byte(in))); got != want {
 			t.Errorf("%q: %s, want %s", in, got, want)

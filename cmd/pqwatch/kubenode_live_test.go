@@ -35,11 +35,20 @@ type kubeRecord struct {
 	Frontend   *string         `json:"frontend"`
 	Outcome    string          `json:"outcome"`
 	Log        json.RawMessage `json:"log"`
+	Pod        *kubePod        `json:"pod"`
 	Generation *struct {
 		ID        string `json:"id"`
 		MasterPID int    `json:"master_pid"`
 		WorkerPID int    `json:"worker_pid"`
 	} `json:"generation"`
+}
+
+// kubePod is a record's pod.
+type kubePod struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	Container string `json:"container"`
 }
 
 // kubeCase is one run of the agent on the node.
@@ -63,7 +72,7 @@ type kubeCase struct {
 
 // kubeResult is what one case measured.
 type kubeResult struct {
-	records, withGen, joined, withFrontend int
+	records, withGen, joined, withFrontend, withPod int
 	servers, clients, frontends, gens      map[string]int
 	views                                  map[string]int // "server outcome joined generation"
 	metric                                 float64
@@ -123,8 +132,8 @@ func TestKubernetesNode(t *testing.T) {
 				t.Skip("known limitation: " + c.known)
 			}
 			kubeNodeCase(t, bin, k, svc, endpoint, c, func(r *kubeResult) {
-				summary = append(summary, fmt.Sprintf("%-22s records %3d  generation %3d  joined %3d  frontend %3d  metric %3.0f  clients %v  views %v",
-					c.name, r.records, r.withGen, r.joined, r.withFrontend, r.metric, r.clients, r.views))
+				summary = append(summary, fmt.Sprintf("%-22s records %3d  generation %3d  joined %3d  pod %3d  frontend %3d  metric %3.0f  clients %v  views %v",
+					c.name, r.records, r.withGen, r.joined, r.withPod, r.withFrontend, r.metric, r.clients, r.views))
 			})
 		})
 	}
@@ -256,6 +265,9 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 		if len(rec.Log) > 0 {
 			r.joined++
 		}
+		if rec.Pod != nil {
+			r.withPod++
+		}
 		v := rec.Server + " " + rec.Outcome
 		if len(rec.Log) > 0 {
 			v += " joined"
@@ -287,6 +299,30 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 			t.Errorf("record %d (%s -> %s): no generation", i, rec.Client, rec.Server)
 		case rec.Generation.MasterPID != pod.PID:
 			t.Errorf("record %d (%s -> %s): generation %s, master_pid %d; want the pod's %s, pid %d", i, rec.Client, rec.Server, rec.Generation.ID, rec.Generation.MasterPID, c.server, pod.PID)
+		}
+	}
+	// Every record joined to the pod's log names the pod, from the log's
+	// directory (the fixture's pods have no kubelet cgroup).
+	wantPod := kubePod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Container: pod.Container}
+	for i, rec := range recs {
+		switch {
+		case len(rec.Log) > 0 && rec.Pod == nil:
+			t.Errorf("record %d (%s -> %s): joined, no pod", i, rec.Client, rec.Server)
+		case rec.Pod != nil && *rec.Pod != wantPod:
+			t.Errorf("record %d (%s -> %s): pod %+v, want %+v", i, rec.Client, rec.Server, *rec.Pod, wantPod)
+		}
+	}
+	// nginx's $pid is the pod's PID namespace's: a record with the pod's
+	// generation and a line has the worker whose NSpid ends in it.
+	for i, rec := range recs {
+		var lg struct {
+			PID int `json:"pid"`
+		}
+		if len(rec.Log) == 0 || json.Unmarshal(rec.Log, &lg) != nil || lg.PID == 0 || rec.Generation == nil || rec.Generation.MasterPID != pod.PID {
+			continue
+		}
+		if w := rec.Generation.WorkerPID; w == 0 || nsPIDOf(w) != lg.PID {
+			t.Errorf("record %d (%s -> %s): worker_pid %d (pid %d in its namespace), the line's $pid %d", i, rec.Client, rec.Server, w, nsPIDOf(w), lg.PID)
 		}
 	}
 	// Every run: metrics and records agree, and no record names a server
@@ -321,6 +357,9 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 			}
 			if len(rec.Log) == 0 {
 				t.Errorf("record %d (%s -> %s): not joined to its log line", i, rec.Client, rec.Server)
+			}
+			if rec.Pod == nil {
+				t.Errorf("record %d (%s -> %s): no pod", i, rec.Client, rec.Server)
 			}
 			checkGen(i, rec)
 			seen[rec.Client] = true
@@ -481,4 +520,23 @@ func deref(s *string) string {
 		return "(none)"
 	}
 	return *s
+}
+
+// nsPIDOf is the last NSpid of process pid: its pid in its own PID
+// namespace (0 when unknown).
+func nsPIDOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f, ok := strings.CutPrefix(l, "NSpid:"); ok {
+			fs := strings.Fields(f)
+			if len(fs) > 0 {
+				n, _ := strconv.Atoi(fs[len(fs)-1])
+				return n
+			}
+		}
+	}
+	return 0
 }

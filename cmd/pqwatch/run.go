@@ -23,6 +23,9 @@ import (
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
+// defaultPodLogs is kubelet's pod log directory, -pod-logs's default.
+const defaultPodLogs = "/var/log/pods"
+
 // runFlags are `pqwatch run`'s flags beyond the common ones.
 type runFlags struct {
 	commonFlags
@@ -34,6 +37,7 @@ type runFlags struct {
 	blockTO     time.Duration
 	stateDir    string
 	procRoot    string
+	podLogs     string
 	noProcs     bool
 	logLevel    string
 	pprofAddr   string
@@ -56,6 +60,7 @@ func (rf *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&rf.blockTO, "block-timeout", capture.DefaultBlockTimeout, "longest a captured packet waits in a partly filled ring block before pqwatch reads it (1ms to 1m): shorter shows records sooner, longer wakes pqwatch less often; full blocks are read at once")
 	fs.StringVar(&rf.stateDir, "state-dir", "", "`dir` for log tail offsets, to resume after a restart (empty: start at the end of each log)")
 	fs.StringVar(&rf.procRoot, "proc-root", "/proc", "`path` of the host's /proc (hostPID in Kubernetes)")
+	fs.StringVar(&rf.podLogs, "pod-logs", defaultPodLogs, "kubelet's pod log `dir`: names the pod of a server in one, and its containers' nginx and Caddy access logs are found, tailed and joined (no directory there: none; empty: off)")
 	fs.BoolVar(&rf.noProcs, "no-process-tracking", false, "do not attribute handshakes to server processes")
 	fs.BoolVar(&rf.noAccept, "no-accept-events", false, "attribute from /proc (sockets, listeners, the access log's $pid) without the kernel's accept events (eBPF), even where they are allowed")
 	fs.BoolVar(&rf.allAccept, "all-accept-events", false, "have the kernel report every accept, the busiest server generation's too: worker_pid on every record, for about 1.4 µs of kernel time per accept (by default that generation's accepts are only counted outside swaps, and its records take worker_pid from the access log's $pid when it has several workers)")
@@ -81,7 +86,7 @@ func (rf *runFlags) agentConfig(stdout io.Writer, logger *slog.Logger) (agent.Co
 	cfg := agent.Config{
 		MetricsAddr: rf.metricsAddr, Workers: rf.workers, BlockTimeout: rf.blockTO, StateDir: rf.stateDir,
 		GCFloor: memlimit.DefaultGCFloor, RecycleRecords: true,
-		ProcRoot: rf.procRoot, TrackProcesses: !rf.noProcs, Logger: logger,
+		ProcRoot: rf.procRoot, PodLogs: rf.podLogs, TrackProcesses: !rf.noProcs, Logger: logger,
 		CaddyLogs: rf.caddyLogs, Sniffer: sniffer.Config{MaxFlows: rf.maxFlows}, BufferBudget: int64(rf.budget), NoAcceptEvents: rf.noAccept, AllAcceptEvents: rf.allAccept, PprofAddr: rf.pprofAddr, WebConfigFile: rf.webConfig, MaxHTTPConns: rf.maxConns, Version: version(), CaptureAll: rf.captureAll,
 	}
 	if rf.nginxErrorLog != "" {
