@@ -180,6 +180,7 @@ type Agent struct {
 	procs   *proctrack.Tracker
 	attrib  *proctrack.Attribution
 	joiner  *logjoin.Joiner
+	podLogs *podLogs // nil: no -pod-logs directory
 	pipe    *pipeline.Pipeline
 	lines   logparse.LineCounters
 
@@ -272,7 +273,8 @@ func New(cfg Config) (a *Agent, err error) {
 			}
 		}
 	}
-	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 {
+	a.podLogs = newPodLogs(a, cfg.PodLogs) // access logs found under -pod-logs (podlogs.go)
+	if len(cfg.NginxLogs)+len(cfg.CaddyLogs) > 0 || a.podLogs != nil {
 		pc.Join = func(next func(*record.Handshake)) pipeline.Stage {
 			a.joiner = logjoin.New(logjoin.Options{Emit: next, MaxPendingBytes: joinBudget()})
 			return a.joiner

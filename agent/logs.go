@@ -66,42 +66,52 @@ func (a *Agent) prepareStateDir() {
 	}
 }
 
-// startTails follows every configured log until ctx ends.
+// tail follows path with opts until ctx ends, handing fn each line.
+func (a *Agent) tail(ctx context.Context, wg *sync.WaitGroup, path string, opts logparse.TailOptions, fn func(line []byte, ts time.Time)) {
+	t := logparse.NewTailer(path, opts)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := t.Run(ctx, fn); err != nil && ctx.Err() == nil {
+			a.log.Error("log tail stopped", "path", path, "err", err)
+		}
+	}()
+}
+
+// tailAccess follows the access log path, read by lr (its format chosen
+// as how says), until ctx ends: its lines are counted, checked and handed
+// to the join.
+func (a *Agent) tailAccess(ctx context.Context, wg *sync.WaitGroup, path, how string, lr *logjoin.LineReader, opts logparse.TailOptions) {
+	lr.SetPath(path) // a pod's container log names the pod
+	src := lr.Source()
+	m := &matchCheck{path: path, how: how, lr: lr, log: a.log}
+	f := &logFile{lf: logjoin.LogFile{Path: path, Source: src, Format: lr.FormatName(), How: how}, m: m}
+	a.logMu.Lock()
+	a.logFiles = append(a.logFiles, f)
+	a.logMu.Unlock()
+	a.tail(ctx, wg, path, opts, func(line []byte, _ time.Time) {
+		l, res, why := lr.ReadWhy(line)
+		if res == logjoin.LineSkipped {
+			return // a container log's partial or stderr line: no access-log line
+		}
+		m.add(line, res, why)
+		f.add(line, res, why)
+		a.accessLine(src, l, res)
+	})
+}
+
+// startTails follows every configured log until ctx ends, and the access
+// logs found under -pod-logs.
 func (a *Agent) startTails(ctx context.Context, wg *sync.WaitGroup) {
-	run := func(path string, fn func(line []byte, ts time.Time)) {
-		t := logparse.NewTailer(path, a.tailOpts(path))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := t.Run(ctx, fn); err != nil && ctx.Err() == nil {
-				a.log.Error("log tail stopped", "path", path, "err", err)
-			}
-		}()
-	}
-	access := func(path, how string, lr *logjoin.LineReader) {
-		lr.SetPath(path) // a pod's container log names the pod
-		src := lr.Source()
-		m := &matchCheck{path: path, how: how, lr: lr, log: a.log}
-		f := &logFile{lf: logjoin.LogFile{Path: path, Source: src, Format: lr.FormatName(), How: how}, m: m}
-		a.logMu.Lock()
-		a.logFiles = append(a.logFiles, f)
-		a.logMu.Unlock()
-		run(path, func(line []byte, _ time.Time) {
-			l, res, why := lr.ReadWhy(line)
-			if res == logjoin.LineSkipped {
-				return // a container log's partial or stderr line: no access-log line
-			}
-			m.add(line, res, why)
-			f.add(line, res, why)
-			a.accessLine(src, l, res)
-		})
-	}
+	run := func(path string, fn func(line []byte, ts time.Time)) { a.tail(ctx, wg, path, a.tailOpts(path), fn) }
+	access := func(path, how string, lr *logjoin.LineReader) { a.tailAccess(ctx, wg, path, how, lr, a.tailOpts(path)) }
 	for _, nl := range a.cfg.NginxLogs {
 		access(nl.Path, nl.How, logjoin.NewNginxReader(nl.Format))
 	}
 	for _, p := range a.cfg.CaddyLogs {
 		access(p, "", logjoin.NewCaddyReader())
 	}
+	a.startPodLogs(ctx, wg)
 	for _, p := range a.cfg.NginxErrorLogs {
 		var e logparse.ErrorLine
 		run(p, func(line []byte, _ time.Time) {
@@ -256,6 +266,7 @@ func (a *Agent) LogResult() logjoin.FileResult {
 		res.Lines[lf.Source] += lf.Lines
 		res.Malformed[lf.Source] += lf.Lines - lf.Good
 	}
+	res.NotTaken = a.podLogs.notTakenLogs()
 	if a.joiner != nil {
 		res.Joined = true
 		res.Stats = a.joiner.Stats()

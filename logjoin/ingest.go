@@ -180,6 +180,13 @@ type FileResult struct {
 	// ServerErrors are the error log's severe lines (at most 50).
 	ServerErrors []string
 	ReadErrors   []error // files that could not be read (each named)
+	// NotTaken are the logs found (run's -pod-logs) and not read, and why.
+	NotTaken []NotTaken
+}
+
+// NotTaken is a log found and not read as an access log.
+type NotTaken struct {
+	Path, Reason string
 }
 
 // BatchStage is the offline log join as a pipeline stage: it holds every

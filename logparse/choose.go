@@ -1,8 +1,6 @@
 package logparse
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -144,41 +142,7 @@ func confNames(conf *NginxConfig) string {
 // fromEnd the whole lines of its last sampleTailKB. A file that cannot be
 // read gives none (the reader reports it later).
 func sampleOf(path string, dirs []string, fromEnd bool) [][]byte {
-	f, err := OpenLog(path, dirs)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	r := io.LimitReader(f, 4<<20)
-	first := false // skip a partial line where the tail began
-	if fromEnd {
-		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > sampleTailKB {
-			if _, err := f.Seek(st.Size()-sampleTailKB, io.SeekStart); err != nil {
-				return nil
-			}
-			first = true
-		}
-		r = io.LimitReader(f, sampleTailKB)
-	}
-	var lines [][]byte
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if first {
-			first = false
-			continue
-		}
-		if b := bytes.TrimRight(sc.Bytes(), "\r"); len(b) > 0 {
-			lines = append(lines, bytes.Clone(b))
-		}
-	}
-	if len(lines) > sampleLines {
-		if fromEnd {
-			lines = lines[len(lines)-sampleLines:]
-		} else {
-			lines = lines[:sampleLines]
-		}
-	}
+	lines, _ := SampleLines(path, dirs, fromEnd, sampleLines, sampleTailKB)
 	return lines
 }
 

@@ -80,6 +80,9 @@ func AddLogResult(sum *report.Summary, fr logjoin.FileResult) {
 		}
 		sum.Logs = append(sum.Logs, lf)
 	}
+	for _, n := range fr.NotTaken {
+		sum.LogsNotTaken = append(sum.LogsNotTaken, report.LogNotTaken{Path: n.Path, Reason: n.Reason})
+	}
 	if !fr.Joined {
 		return
 	}

@@ -106,6 +106,9 @@ type Summary struct {
 	ByUserAgent map[string]*ShareRow `json:"pq_share_by_user_agent_family,omitempty"`
 	// Logs says how each access log was read (offline).
 	Logs []LogFile `json:"logs,omitempty"`
+	// LogsNotTaken are the container logs run's -pod-logs found and did
+	// not read as access logs, and why.
+	LogsNotTaken []LogNotTaken `json:"logs_not_taken,omitempty"`
 	// ServerErrors are severe nginx error-log lines ([emerg], [alert], [crit]).
 	ServerErrors []string `json:"server_errors,omitempty"`
 	// Forecast is the migration forecast section.
@@ -153,6 +156,12 @@ type LogFile struct {
 	Joinable  int    `json:"joinable_lines"` // parsed, with a client address and time
 	FirstBad  int    `json:"first_bad_line,omitempty"`
 	BadReason string `json:"first_bad_reason,omitempty"`
+}
+
+// LogNotTaken is a log found and not read as an access log.
+type LogNotTaken struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // ShareRow is the PQ share of one host or user-agent family.
@@ -507,6 +516,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 				how = fmt.Sprintf(" as log_format %q (%s)", l.Format, l.How)
 			}
 			fmt.Fprintf(&b, "  %s: %d of %d lines joinable%s\n", l.Path, l.Joinable, l.Lines, how)
+		}
+		for _, l := range s.LogsNotTaken {
+			fmt.Fprintf(&b, "  %s: not taken: %s\n", l.Path, l.Reason)
 		}
 		if j.CurveChecked > 0 {
 			fmt.Fprintf(&b, "  self-check: $ssl_curve vs wire group: %d checked, %d mismatches\n", j.CurveChecked, j.CurveMismatch)

@@ -68,6 +68,9 @@ type kubeCase struct {
 	// root: the agent runs as root with every capability (eBPF accept
 	// events allowed), not under the DaemonSet's.
 	root bool
+	// podLogs: the access log is not named; -pod-logs points at the
+	// node's var/log/pods, where the agent finds it.
+	podLogs bool
 }
 
 // kubeResult is what one case measured.
@@ -121,6 +124,11 @@ func TestKubernetesNode(t *testing.T) {
 			noGen: "Caddy in a pod under the DaemonSet's capabilities: 9-12 of 40 records have its generation, the rest none (not understood yet)"},
 		{name: "clientpod-any", server: "nginx", wrap: testenv.WrapCRI, iface: "any", clientPod: true},
 		{name: "local-any-root", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any", root: true},
+		// Discovery: no -nginx-log or -caddy-log; -pod-logs finds them.
+		{name: "podlogs-cluster-any", server: "nginx", wrap: testenv.WrapCRI, iface: "any", podLogs: true},
+		{name: "podlogs-jsonfile", server: "nginx", wrap: testenv.WrapJSONFile, local: true, iface: "any", podLogs: true},
+		{name: "podlogs-caddy", server: "caddy", wrap: testenv.WrapCRI, iface: "any", podLogs: true,
+			noGen: "Caddy in a pod under the DaemonSet's capabilities: 9-12 of 40 records have its generation, the rest none (not understood yet)"},
 	}
 	var summary []string
 	for _, c := range cases {
@@ -170,9 +178,12 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 	if c.iface != "" {
 		args = append(args, "-iface", c.iface)
 	}
-	if c.server == "caddy" {
+	switch {
+	case c.podLogs:
+		args = append(args, "-pod-logs", filepath.Join(k.Dir, "var", "log", "pods"))
+	case c.server == "caddy":
 		args = append(args, "-caddy-log", pod.LogPath)
-	} else {
+	default:
 		args = append(args, "-nginx-log", pod.LogPath, "-nginx-log-format", strings.Trim(testenv.RecommendedLogFormat, "'"))
 	}
 	var stderr testenv.Buffer
@@ -299,6 +310,13 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 			t.Errorf("record %d (%s -> %s): no generation", i, rec.Client, rec.Server)
 		case rec.Generation.MasterPID != pod.PID:
 			t.Errorf("record %d (%s -> %s): generation %s, master_pid %d; want the pod's %s, pid %d", i, rec.Client, rec.Server, rec.Generation.ID, rec.Generation.MasterPID, c.server, pod.PID)
+		}
+	}
+	// Discovery: the agent says it took the pod's log, as what.
+	if c.podLogs {
+		want := "-pod-logs: container log taken\" path=" + pod.LogPath
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("the agent's log does not say %q", want)
 		}
 	}
 	// Every record joined to the pod's log names the pod, from the log's
