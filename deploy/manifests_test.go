@@ -536,7 +536,7 @@ func checkObjects(t *testing.T, o *objects) {
 	}
 	// Log and conf directories appear at their host paths (the flags name
 	// the same files inside and outside the pod); /proc at /host/proc.
-	hostVols := []string{"nginx-logs", "caddy-logs", "nginx-conf"}
+	hostVols := []string{"nginx-logs", "caddy-logs", "nginx-conf", "pod-logs", "container-logs"}
 	if tracking {
 		hostVols = append(hostVols, "host-proc")
 	} else if _, ok := vols["host-proc"]; ok {
@@ -561,6 +561,9 @@ func checkObjects(t *testing.T, o *objects) {
 		if got := hostMounts[v.HostPath.Path]; got != want {
 			t.Errorf("hostPath %s mounted at %q, want %s read-only", v.HostPath.Path, got, want)
 		}
+	}
+	if !slices.Contains(c.Args, "-pod-logs=/var/log/pods") {
+		t.Errorf("args %v: no -pod-logs=/var/log/pods", c.Args)
 	}
 	if tracking && !slices.Contains(c.Args, "-proc-root=/host/proc") {
 		t.Errorf("args %v: process tracking without -proc-root=/host/proc", c.Args)
