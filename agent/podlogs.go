@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/pqwatch/pqwatch/kubepod"
 	"github.com/pqwatch/pqwatch/logjoin"
 	"github.com/pqwatch/pqwatch/logparse"
+	"github.com/pqwatch/pqwatch/record"
 )
 
 // Access logs found in kubelet's pod log directory (-pod-logs): every
@@ -70,6 +72,8 @@ type podLogs struct {
 	notTaken map[string]string  // path -> why (maxPodLogsNotTaken)
 	over     bool               // maxPodLogs was reached (said once)
 
+	confs map[string][]*logparse.Format // generation ID -> its conf's formats (mu)
+
 	// take tails a log taken (Agent.tailAccess; tests record it).
 	take func(ctx context.Context, wg *sync.WaitGroup, path, how string, lr *logjoin.LineReader, opts logparse.TailOptions)
 }
@@ -84,7 +88,7 @@ func newPodLogs(a *Agent, dir string) *podLogs {
 		a.log.Info("-pod-logs: no such directory here: no pod's access log is looked for (not a Kubernetes node, or its pod logs are not mounted)", "dir", dir)
 		return nil
 	}
-	return &podLogs{a: a, dir: filepath.Clean(dir), logs: map[string]*podLog{}, notTaken: map[string]string{}, take: a.tailAccess}
+	return &podLogs{a: a, dir: filepath.Clean(dir), logs: map[string]*podLog{}, notTaken: map[string]string{}, confs: map[string][]*logparse.Format{}, take: a.tailAccess}
 }
 
 // startPodLogs looks for the pods' access logs until ctx ends.
@@ -248,7 +252,7 @@ func (p *podLogs) judge(ctx context.Context, wg *sync.WaitGroup, e *podLog, from
 		p.reject(e, "cannot be read: "+err.Error())
 		return
 	}
-	c := logparse.ClassifyAccessLog(sample, logparse.BuiltinFormats())
+	c := logparse.ClassifyAccessLog(sample, p.candidates())
 	pod, _ := kubepod.FromLogPath(e.path)
 	switch {
 	case c.Kind == "" && c.Lines == 0:
@@ -313,6 +317,65 @@ func (p *podLogs) notTakenLogs() []logjoin.NotTaken {
 	slices.SortFunc(out, func(a, b logjoin.NotTaken) int { return strings.Compare(a.Path, b.Path) })
 	if len(out) > maxPodLogsNotTaken {
 		out = out[:maxPodLogsNotTaken]
+	}
+	return out
+}
+
+// maxConfBytes bounds an nginx.conf read for its log formats.
+const maxConfBytes = 1 << 20
+
+// candidates are the formats a pod log's lines are tried in: the built-in
+// ones, then the log_format lines of every live nginx generation's
+// configuration, read through its master's /proc/PID/root (the pod's own
+// filesystem for an nginx in a pod) and confined to it
+// (logparse.OpenInRoot: no link leads out of that root).
+// Called with p.mu held.
+func (p *podLogs) candidates() []*logparse.Format {
+	out := logparse.BuiltinFormats()
+	t := p.a.procs
+	if t == nil {
+		return out
+	}
+	for _, g := range t.Generations() {
+		if !g.Alive || g.Kind != record.GenerationNginx || g.Config == "" {
+			continue
+		}
+		fs, ok := p.confs[g.ID]
+		if !ok {
+			fs = p.readConf(g.MasterPID, g.Config)
+			if len(p.confs) >= 64 {
+				p.confs = map[string][]*logparse.Format{}
+			}
+			p.confs[g.ID] = fs
+		}
+		out = append(out, fs...)
+	}
+	return out
+}
+
+// readConf reads the log formats of the nginx.conf conf of master pid
+// through its root; none when it cannot be read (said at debug level).
+func (p *podLogs) readConf(pid int, conf string) []*logparse.Format {
+	root := filepath.Join(p.a.cfg.ProcRoot, strconv.Itoa(pid), "root")
+	f, err := logparse.OpenInRoot(root, conf)
+	if err != nil {
+		p.a.log.Debug("-pod-logs: an nginx's configuration cannot be read for its log formats", "pid", pid, "conf", conf, "err", err)
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfBytes))
+	if err != nil {
+		return nil
+	}
+	c, _ := logparse.ParseNginxConfig(b)
+	if c == nil {
+		return nil
+	}
+	var out []*logparse.Format
+	for _, f := range c.Candidates() {
+		if f != logparse.Combined {
+			out = append(out, f)
+		}
 	}
 	return out
 }

@@ -71,6 +71,8 @@ type kubeCase struct {
 	// podLogs: the access log is not named; -pod-logs points at the
 	// node's var/log/pods, where the agent finds it.
 	podLogs bool
+	// format: the pod's nginx log_format ("": testenv.RecommendedLogFormat).
+	format string
 }
 
 // kubeResult is what one case measured.
@@ -126,6 +128,10 @@ func TestKubernetesNode(t *testing.T) {
 		{name: "local-any-root", server: "nginx", wrap: testenv.WrapCRI, local: true, iface: "any", root: true},
 		// Discovery: no -nginx-log or -caddy-log; -pod-logs finds them.
 		{name: "podlogs-cluster-any", server: "nginx", wrap: testenv.WrapCRI, iface: "any", podLogs: true},
+		// A log_format of the pod's own: found in its nginx.conf, read
+		// through /proc/PID/root.
+		{name: "podlogs-own-format", server: "nginx", wrap: testenv.WrapCRI, iface: "any", podLogs: true,
+			format: `'client=$remote_addr port=$remote_port t=$msec pid=$pid "$request" $status'`},
 		{name: "podlogs-jsonfile", server: "nginx", wrap: testenv.WrapJSONFile, local: true, iface: "any", podLogs: true},
 		{name: "podlogs-caddy", server: "caddy", wrap: testenv.WrapCRI, iface: "any", podLogs: true,
 			noGen: "Caddy in a pod under the DaemonSet's capabilities: 9-12 of 40 records have its generation, the rest none (not understood yet)"},
@@ -157,7 +163,7 @@ func TestKubernetesNode(t *testing.T) {
 // kubeNodeCase runs one case: the pod, the agent, the handshakes, and the
 // checks; report is given what it measured before the checks.
 func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, endpoint netip.AddrPort, c kubeCase, report func(*kubeResult)) {
-	pod := testenv.StartPod(t, k, testenv.PodOptions{Name: "web-0", Server: c.server, Wrap: c.wrap, Port: int(endpoint.Port())})
+	pod := testenv.StartPod(t, k, testenv.PodOptions{Name: "web-0", Server: c.server, Wrap: c.wrap, Port: int(endpoint.Port()), NginxLogFormat: c.format})
 	if pod.Addr != endpoint.Addr().String() {
 		t.Fatalf("the pod has %s, the Service's endpoint is %v", pod.Addr, endpoint)
 	}
@@ -315,6 +321,10 @@ func kubeNodeCase(t *testing.T, bin string, k *testenv.KubeNode, svc string, end
 	// Discovery: the agent says it took the pod's log, as what.
 	if c.podLogs {
 		want := "-pod-logs: container log taken\" path=" + pod.LogPath
+		if c.format != "" {
+			// The pod's nginx.conf names it pq.
+			want += ` as="nginx log_format pq"`
+		}
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("the agent's log does not say %q", want)
 		}
