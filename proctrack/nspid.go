@@ -94,12 +94,11 @@ func (s *LogPID) hostPID(r *record.Handshake, pid int) (int, bool) {
 		// A pod's: nothing to read it in.
 		return pid, r.Pod == nil
 	}
-	root := s.t.cfg.ProcRoot
 	s.ns.mu.Lock()
 	defer s.ns.mu.Unlock()
 	e := s.ns.gens[g.ID]
 	if e == nil {
-		ns := readNSpid(root, g.MasterPID)
+		ns := readNSpid(s.t.cfg.ProcRoot, g.MasterPID)
 		e = &nsGen{nested: len(ns) > 1}
 		if len(s.ns.gens) >= maxNSGens || s.ns.gens == nil {
 			s.ns.gens = map[string]*nsGen{}
@@ -123,7 +122,7 @@ func (s *LogPID) hostPID(r *record.Handshake, pid int) (int, bool) {
 	}
 	e.inner = map[int]int{}
 	for _, p := range append(append([]int{info.MasterPID}, info.Workers...), info.Draining...) {
-		if ns := readNSpid(root, p); len(ns) > 1 {
+		if ns := readNSpid(s.t.cfg.ProcRoot, p); len(ns) > 1 {
 			e.inner[ns[len(ns)-1]] = p
 		}
 	}
