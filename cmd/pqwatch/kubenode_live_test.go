@@ -78,9 +78,9 @@ type kubeCase struct {
 // kubeResult is what one case measured.
 type kubeResult struct {
 	records, withGen, joined, withFrontend, withPod int
-	servers, clients, frontends, gens      map[string]int
-	views                                  map[string]int // "server outcome joined generation"
-	metric                                 float64
+	servers, clients, frontends, gens               map[string]int
+	views                                           map[string]int // "server outcome joined generation"
+	metric                                          float64
 }
 
 // TestKubernetesNode runs `pqwatch run` as the DaemonSet runs it on a
