@@ -3,7 +3,7 @@ package sniffer
 import (
 	"bufio"
 	"compress/gzip"
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -74,10 +74,10 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 	if st, err := f.Stat(); err == nil {
 		total = st.Size()
 	}
-	var head [4]byte
-	if n, _ := f.ReadAt(head[:], 0); n == 4 && total > 0 && os.Getenv("PQWATCH_NO_MMAP") == "" {
-		switch binary.LittleEndian.Uint32(head[:]) {
-		case 0xa1b2c3d4, 0xa1b23c4d, 0xd4c3b2a1, 0x4d3cb2a1:
+	if mode := os.Getenv("PQWATCH_PCAP_READER"); mode == "mmap" {
+		// The memory-mapped reader, kept to compare with (BenchmarkReadFile).
+		var head [4]byte
+		if n, _ := f.ReadAt(head[:], 0); n == 4 && total > 0 && isClassicPcap(head[:]) {
 			if readMappedPcap(f, total, &fs, s, progress) {
 				return fs, nil
 			}
@@ -100,6 +100,8 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 		return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
 	}
 	var r io.Reader = br
+	// r without its buffer: what the buffer holds, then the source.
+	direct := func() io.Reader { return unbuffered(br, cr) }
 	suffix := ""
 	if magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
@@ -112,7 +114,13 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 			return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
 		}
 		r = gbr
+		direct = func() io.Reader { return unbuffered(gbr, gz) }
 		suffix = "+gzip"
+	}
+	if isClassicPcap(magic) && os.Getenv("PQWATCH_PCAP_READER") != "pcapgo" {
+		fs.Format = "pcap" + suffix
+		readClassicPcap(direct(), &fs, s, progress, total, func() int64 { return cr.n })
+		return fs, nil
 	}
 	var pr packetReader
 	var linkOf func(ci *gopacket.CaptureInfo) int
@@ -173,4 +181,12 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 		progress(cr.n, total)
 	}
 	return fs, nil
+}
+
+// unbuffered returns what br has buffered, then under (br's source): the
+// pcap reader reads into a buffer of its own, and a read through br would
+// copy every byte once more.
+func unbuffered(br *bufio.Reader, under io.Reader) io.Reader {
+	b, _ := br.Peek(br.Buffered())
+	return io.MultiReader(bytes.NewReader(b), under)
 }
