@@ -94,7 +94,7 @@ func ReadFrom(name string, r io.Reader, s *Sniffer, progress Progress) (FileStat
 
 func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Progress, fs FileStats) (FileStats, error) {
 	cr := &countingReader{r: f}
-	br := bufio.NewReaderSize(cr, 1<<20)
+	br := bufio.NewReaderSize(cr, 64<<10)
 	magic, err := br.Peek(4)
 	if err != nil {
 		return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
@@ -109,7 +109,7 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 			return fs, fmt.Errorf("%w: %s: gzip: %v", ErrNotCapture, path, err)
 		}
 		defer gz.Close()
-		gbr := bufio.NewReaderSize(gz, 1<<20)
+		gbr := bufio.NewReaderSize(gz, 64<<10)
 		if magic, err = gbr.Peek(4); err != nil {
 			return fs, fmt.Errorf("%w: %s: %v", ErrNotCapture, path, err)
 		}
