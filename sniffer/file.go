@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/pcapgo"
+	"golang.org/x/sys/unix"
 )
 
 // Errors of ReadFile. They wrap the underlying cause.
@@ -89,6 +92,9 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 // ReadFrom reads a pcap or pcapng capture, plain or gzip, from r (a pipe:
 // `tcpdump -w - | pqwatch analyze -`); name stands for it in errors.
 func ReadFrom(name string, r io.Reader, s *Sniffer, progress Progress) (FileStats, error) {
+	if f, ok := r.(*os.File); ok {
+		growPipe(f)
+	}
 	return readStream(name, r, 0, s, progress, FileStats{Path: name})
 }
 
@@ -189,4 +195,23 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 func unbuffered(br *bufio.Reader, under io.Reader) io.Reader {
 	b, _ := br.Peek(br.Buffered())
 	return io.MultiReader(bytes.NewReader(b), under)
+}
+
+// growPipe makes f's pipe buffer as large as an unprivileged process may
+// (fs.pipe-max-size, 1 MiB by default) when f is a pipe: the writer
+// (tcpdump -w -, cat, zcat) runs that far ahead of the reader, and each
+// read returns up to that much instead of 64 KiB. Not a pipe, or not
+// allowed: nothing changes.
+func growPipe(f *os.File) {
+	st, err := f.Stat()
+	if err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		return
+	}
+	size := 1 << 20
+	if b, err := os.ReadFile("/proc/sys/fs/pipe-max-size"); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && n > 0 {
+			size = min(n, 16<<20)
+		}
+	}
+	_, _ = unix.FcntlInt(f.Fd(), unix.F_SETPIPE_SZ, size)
 }
