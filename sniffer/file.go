@@ -2,8 +2,8 @@ package sniffer
 
 import (
 	"bufio"
-	"compress/gzip"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -77,7 +77,7 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 	if st, err := f.Stat(); err == nil {
 		total = st.Size()
 	}
-	if mode := os.Getenv("PQWATCH_PCAP_READER"); mode == "mmap" {
+	if pcapReader() == "mmap" {
 		// The memory-mapped reader, kept to compare with (BenchmarkReadFile).
 		var head [4]byte
 		if n, _ := f.ReadAt(head[:], 0); n == 4 && total > 0 && isClassicPcap(head[:]) {
@@ -88,6 +88,14 @@ func ReadFile(path string, s *Sniffer, progress Progress) (FileStats, error) {
 	}
 	return readStream(path, f, total, s, progress, fs)
 }
+
+// pcapReader is PQWATCH_PCAP_READER: how classic pcap captures are read,
+// to compare the ways (BenchmarkReadFile, internal/benchcmp). Empty or
+// "inline": with read(2) on the sniffer's goroutine; "ahead": with read(2)
+// on a goroutine of its own, ahead of the sniffer (it did not pay on the
+// 2-core test machine: BenchmarkReadFile); "mmap": files through a memory
+// mapping; "pcapgo": through gopacket's pcapgo reader.
+func pcapReader() string { return os.Getenv("PQWATCH_PCAP_READER") }
 
 // ReadFrom reads a pcap or pcapng capture, plain or gzip, from r (a pipe:
 // `tcpdump -w - | pqwatch analyze -`); name stands for it in errors.
@@ -123,9 +131,9 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 		direct = func() io.Reader { return unbuffered(gbr, gz) }
 		suffix = "+gzip"
 	}
-	if isClassicPcap(magic) && os.Getenv("PQWATCH_PCAP_READER") != "pcapgo" {
+	if mode := pcapReader(); isClassicPcap(magic) && mode != "pcapgo" {
 		fs.Format = "pcap" + suffix
-		readClassicPcap(direct(), &fs, s, progress, total, func() int64 { return cr.n })
+		readClassicPcap(direct(), &fs, s, progress, total, func() int64 { return cr.n }, mode == "ahead")
 		return fs, nil
 	}
 	var pr packetReader

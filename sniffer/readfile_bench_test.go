@@ -1,27 +1,106 @@
 package sniffer_test
 
 import (
+	"bufio"
+	"context"
 	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 
+	"github.com/pqwatch/pqwatch/pcapgen"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
-// BenchmarkReadFile measures the offline path end to end (pcap reading,
-// decoding, flow table, TLS parsing) on PQWATCH_BENCH_CAPTURE.
-func BenchmarkReadFile(b *testing.B) {
-	path := os.Getenv("PQWATCH_BENCH_CAPTURE")
-	if path == "" {
-		b.Skip("set PQWATCH_BENCH_CAPTURE to a capture file")
+var benchCapture = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv("PQWATCH_BENCH_CAPTURE"); p != "" {
+		return p, nil
 	}
-	st, _ := os.Stat(path)
-	b.SetBytes(st.Size())
-	b.ReportAllocs()
-	for b.Loop() {
-		s := sniffer.New(sniffer.Config{})
-		if _, err := sniffer.ReadFile(path, s, nil); err != nil {
-			b.Fatal(err)
-		}
-		s.Flush()
+	// 200 real handshakes with 128 KiB of bulk data each (23 MB, 18,000
+	// packets): the mix of make bench's capture, smaller.
+	dir, err := os.MkdirTemp("", "pqwatch-readfile-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "bench.pcap")
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	clients := pcapgen.DefaultClients(200)
+	for i := range clients {
+		clients[i].BulkBytes = 128 << 10
+	}
+	if _, err := pcapgen.Generate(context.Background(), w, pcapgen.Config{ServerCurves: pcapgen.DemoServerCurves, Clients: clients}); err != nil {
+		return "", err
+	}
+	if err := w.Flush(); err != nil {
+		return "", err
+	}
+	return path, f.Close()
+})
+
+// BenchmarkReadFile measures the offline path end to end (pcap reading,
+// decoding, flow table, TLS parsing) on PQWATCH_BENCH_CAPTURE, else on a
+// generated capture, in each way a classic pcap file can be read
+// (PQWATCH_PCAP_READER): read(2) on the sniffer's goroutine (inline, the
+// default) and read ahead on a goroutine of its own (ahead), a memory
+// mapping (mmap) and gopacket's pcapgo; and from a pipe.
+func BenchmarkReadFile(b *testing.B) {
+	path, err := benchCapture()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"inline", "ahead", "mmap", "pcapgo"} {
+		b.Run(mode, func(b *testing.B) {
+			b.Setenv("PQWATCH_PCAP_READER", mode)
+			b.SetBytes(st.Size())
+			b.ReportAllocs()
+			var pkts uint64
+			for b.Loop() {
+				s := sniffer.New(sniffer.Config{})
+				fs, err := sniffer.ReadFile(path, s, nil)
+				if err != nil || fs.Err != nil {
+					b.Fatal(err, fs.Err)
+				}
+				s.Flush()
+				pkts = fs.Packets
+			}
+			b.ReportMetric(float64(pkts)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+		})
+	}
+	for _, mode := range []string{"inline", "ahead"} {
+		b.Run("pipe-"+mode, func(b *testing.B) {
+			b.Setenv("PQWATCH_PCAP_READER", mode)
+			b.SetBytes(st.Size())
+			for b.Loop() {
+				f, err := os.Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				r, w, err := os.Pipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				go func() {
+					_, _ = w.ReadFrom(f)
+					w.Close()
+				}()
+				s := sniffer.New(sniffer.Config{})
+				fs, err := sniffer.ReadFrom("pipe", r, s, nil)
+				if err != nil || fs.Err != nil {
+					b.Fatal(err, fs.Err)
+				}
+				s.Flush()
+				r.Close()
+				f.Close()
+			}
+		})
 	}
 }
