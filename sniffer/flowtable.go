@@ -18,6 +18,11 @@ type flowTable struct {
 	m     map[uint64]*flow
 	spill map[flowKey]*flow
 	seed  [6]uint64
+	// last is the flow the last lookup found: a flow's segments often
+	// follow each other (a bulk transfer's, a capture file's), and the
+	// next packet's flow is then found by comparing keys, with no hash
+	// and no map probe.
+	last *flow
 }
 
 func newFlowTable(size int) flowTable {
@@ -49,8 +54,15 @@ func mix(a, b uint64) uint64 {
 
 // get returns the flow of k (nil when none) and k's hash, for put.
 func (t *flowTable) get(k flowKey) (*flow, uint64) {
+	if f := t.last; f != nil && f.key == k {
+		return f, f.hash
+	}
 	h := t.hash(k)
-	return t.lookup(k, h), h
+	f := t.lookup(k, h)
+	if f != nil {
+		t.last = f
+	}
+	return f, h
 }
 
 // lookup returns the flow of k, whose hash is h.
@@ -80,6 +92,9 @@ func (t *flowTable) put(f *flow, h uint64) {
 
 // del removes f.
 func (t *flowTable) del(f *flow) {
+	if t.last == f {
+		t.last = nil
+	}
 	if t.m[f.hash] == f {
 		delete(t.m, f.hash)
 		return

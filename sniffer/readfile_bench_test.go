@@ -63,6 +63,7 @@ func BenchmarkReadFile(b *testing.B) {
 			b.SetBytes(st.Size())
 			b.ReportAllocs()
 			var pkts uint64
+			cpu := cpuTime(b)
 			for b.Loop() {
 				s := sniffer.New(sniffer.Config{})
 				fs, err := sniffer.ReadFile(path, s, nil)
@@ -73,6 +74,7 @@ func BenchmarkReadFile(b *testing.B) {
 				pkts = fs.Packets
 			}
 			b.ReportMetric(float64(pkts)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 	for _, mode := range []string{"inline", "ahead"} {
