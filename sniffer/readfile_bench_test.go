@@ -5,22 +5,18 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/pqwatch/pqwatch/pcapgen"
 	"github.com/pqwatch/pqwatch/sniffer"
 )
 
-var benchCapture = sync.OnceValues(func() (string, error) {
+// benchCapture is PQWATCH_BENCH_CAPTURE, else a capture written in dir:
+// 200 real handshakes with 128 KiB of bulk data each (23 MB, 18,000
+// packets), the mix of make bench's capture, smaller.
+func benchCapture(dir string) (string, error) {
 	if p := os.Getenv("PQWATCH_BENCH_CAPTURE"); p != "" {
 		return p, nil
-	}
-	// 200 real handshakes with 128 KiB of bulk data each (23 MB, 18,000
-	// packets): the mix of make bench's capture, smaller.
-	dir, err := os.MkdirTemp("", "pqwatch-readfile-")
-	if err != nil {
-		return "", err
 	}
 	path := filepath.Join(dir, "bench.pcap")
 	f, err := os.Create(path)
@@ -40,7 +36,7 @@ var benchCapture = sync.OnceValues(func() (string, error) {
 		return "", err
 	}
 	return path, f.Close()
-})
+}
 
 // BenchmarkReadFile measures the offline path end to end (pcap reading,
 // decoding, flow table, TLS parsing) on PQWATCH_BENCH_CAPTURE, else on a
@@ -49,7 +45,7 @@ var benchCapture = sync.OnceValues(func() (string, error) {
 // default) and read ahead on a goroutine of its own (ahead), a memory
 // mapping (mmap) and gopacket's pcapgo; and from a pipe.
 func BenchmarkReadFile(b *testing.B) {
-	path, err := benchCapture()
+	path, err := benchCapture(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -81,6 +77,7 @@ func BenchmarkReadFile(b *testing.B) {
 		b.Run("pipe-"+mode, func(b *testing.B) {
 			b.Setenv("PQWATCH_PCAP_READER", mode)
 			b.SetBytes(st.Size())
+			cpu := cpuTime(b)
 			for b.Loop() {
 				f, err := os.Open(path)
 				if err != nil {
@@ -103,6 +100,9 @@ func BenchmarkReadFile(b *testing.B) {
 				r.Close()
 				f.Close()
 			}
+			// The writer's CPU time is counted too, as a pipe's
+			// writer (tcpdump -w -, cat) would spend it.
+			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
