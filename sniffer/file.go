@@ -133,7 +133,10 @@ func readStream(path string, f io.Reader, total int64, s *Sniffer, progress Prog
 	}
 	if mode := pcapReader(); isClassicPcap(magic) && mode != "pcapgo" {
 		fs.Format = "pcap" + suffix
-		readClassicPcap(direct(), &fs, s, progress, total, func() int64 { return cr.n }, mode == "ahead")
+		if err := readClassicPcap(direct(), &fs, s, progress, total, func() int64 { return cr.n }, mode == "ahead"); err != nil {
+			fs.Format = ""
+			return fs, err
+		}
 		return fs, nil
 	}
 	var pr packetReader

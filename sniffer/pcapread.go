@@ -72,14 +72,14 @@ func parsePcapHeader(h []byte) (pcapHeader, bool) {
 // packets' decoding may overlap on two CPUs; the packets reach the sniffer
 // in the same order. read counts the bytes read from the source
 // for progress (of total). The caller has checked r's magic.
-func readClassicPcap(r io.Reader, fs *FileStats, s *Sniffer, progress Progress, total int64, read func() int64, ahead bool) {
+// A file header cut short is not a capture (an error, as pcapgo says it).
+func readClassicPcap(r io.Reader, fs *FileStats, s *Sniffer, progress Progress, total int64, read func() int64, ahead bool) error {
 	var h [24]byte
 	n, err := io.ReadFull(r, h[:])
 	ph, ok := parsePcapHeader(h[:n])
 	if err != nil || !ok {
 		// The caller checked the magic: the header is cut short.
-		fs.Err = fmt.Errorf("%w: %s after %d packets", ErrTruncated, fs.Path, fs.Packets)
-		return
+		return fmt.Errorf("%w: %s: %v", ErrNotCapture, fs.Path, err)
 	}
 	fr := &framer{r: r, ph: ph, path: fs.Path, read: read}
 	d := deliverer{s: s, ph: ph, fs: fs, progress: progress, total: total, last: time.Now(),
@@ -96,6 +96,7 @@ func readClassicPcap(r io.Reader, fs *FileStats, s *Sniffer, progress Progress, 
 	if progress != nil {
 		progress(read(), total)
 	}
+	return nil
 }
 
 // A framer cuts a classic pcap stream into chunks of whole records, checked.

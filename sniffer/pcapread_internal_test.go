@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,4 +130,30 @@ func TestReadClassicPcapSameAsMmap(t *testing.T) {
 		}
 	}
 	t.Logf("%d classic pcap captures read alike", read)
+}
+
+// TestReadClassicPcapShortHeader: a classic pcap magic with its file header
+// cut short is not a capture, from a file, a pipe or gzip, as with pcapgo.
+func TestReadClassicPcapShortHeader(t *testing.T) {
+	head := []byte{0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0}
+	path := filepath.Join(t.TempDir(), "short.pcap")
+	if err := os.WriteFile(path, head, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for _, mode := range []string{"pcapgo", "inline", "ahead"} {
+		t.Setenv("PQWATCH_PCAP_READER", mode)
+		fs, err := ReadFile(path, New(Config{}), nil)
+		if !errors.Is(err, ErrNotCapture) || fs.Format != "" || fs.Packets != 0 {
+			t.Fatalf("%s: %v, format %q, %d packets: want ErrNotCapture, no format, no packets", mode, err, fs.Format, fs.Packets)
+		}
+		if want == "" {
+			want = err.Error()
+		} else if err.Error() != want {
+			t.Errorf("%s: %v, pcapgo: %s", mode, err, want)
+		}
+		if _, err := ReadFrom("stdin", bytes.NewReader(head), New(Config{}), nil); !errors.Is(err, ErrNotCapture) {
+			t.Errorf("%s, from a stream: %v, want ErrNotCapture", mode, err)
+		}
+	}
 }
