@@ -199,6 +199,11 @@ type Plan struct {
 	failures    map[[2]string]string
 	uaFamilies  map[string]string
 	familyCache map[familyKey]string
+
+	classes  map[uint64]*planClass    // AddClass's by hash (planclass.go)
+	collided map[PlanClass]*planClass // classes whose hash another has
+	nClasses int
+	pending  []*planClass // classes with records not yet in the figures
 }
 
 // NewPlan returns an empty plan for policy p and costs (nil: no cost half).
@@ -208,6 +213,7 @@ func NewPlan(p forecast.Policy, costs []PlanCosts) *Plan {
 		Nodes: map[string]*PlanFigures{}, Servers: map[string]*PlanFigures{},
 		ids: map[uint64]struct{}{}, windows: map[idStream]*seqWindow{}, seed: maphash.MakeSeed(), snis: map[string]*PlanFigures{}, families: map[tailKey]*tailAcc{},
 		failures: map[[2]string]string{}, uaFamilies: map[string]string{}, familyCache: map[familyKey]string{},
+		classes: map[uint64]*planClass{}, collided: map[PlanClass]*planClass{},
 	}
 	pl.PlanFigures = pl.newFigures()
 	return pl
@@ -298,19 +304,15 @@ func FillIDs(r *record.Handshake) {
 // dropped when its id was seen before, else counted fleet-wide and in its
 // node, server and SNI rows.
 func (pl *Plan) Add(r *record.Handshake) {
+	if len(pl.pending) > 0 {
+		pl.flush()
+	}
 	pl.Read++
 	if r.HasID() && pl.seenID(r) {
 		pl.Duplicates++
 		return
 	}
-	if !r.TS.IsZero() {
-		if pl.WindowStart.IsZero() || r.TS.Before(pl.WindowStart) {
-			pl.WindowStart = r.TS
-		}
-		if r.TS.After(pl.WindowEnd) {
-			pl.WindowEnd = r.TS
-		}
-	}
+	pl.window(r)
 	node := r.Node
 	if node == "" {
 		node = PlanNoNode
@@ -336,6 +338,18 @@ func (pl *Plan) Add(r *record.Handshake) {
 	}
 	if stayClassical(o) {
 		count(pl.families, tailKey{key: pl.family(r)}, classicalReason(&pl.policy, r, o), 1, &pl.FamiliesOverflow)
+	}
+}
+
+// window widens the plan's window to r's ts.
+func (pl *Plan) window(r *record.Handshake) {
+	if !r.TS.IsZero() {
+		if pl.WindowStart.IsZero() || r.TS.Before(pl.WindowStart) {
+			pl.WindowStart = r.TS
+		}
+		if r.TS.After(pl.WindowEnd) {
+			pl.WindowEnd = r.TS
+		}
 	}
 }
 
@@ -473,6 +487,28 @@ func planRecordCost(t *CostTable, r *record.Handshake, o forecast.Outcome) recor
 // add counts w.N handshakes like r, each predicted as o and costing c;
 // fail is its failures key (Plan.failure).
 func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost, w weight, fail string) {
+	f.addCounts(r, o, w, fail)
+	if f.Cost != nil {
+		if c.why != "" {
+			f.Cost.Uncosted[c.why] += w.N
+		} else {
+			f.Cost.Costed += w.N
+			f.addCostUs(c, w.N)
+		}
+	}
+}
+
+// addCostUs adds n handshakes costing c to f's CPU sums.
+func (f *PlanFigures) addCostUs(c recordCost, n int) {
+	nf := float64(n)
+	f.todayUs += nf * c.today
+	f.extraUs += nf * c.extra
+	f.lowUs += nf * c.low
+	f.highUs += nf * c.high
+}
+
+// addCounts is add but for the cost.
+func (f *PlanFigures) addCounts(r *record.Handshake, o forecast.Outcome, w weight, fail string) {
 	n := w.N
 	f.Handshakes += n
 	if r.HRR {
@@ -494,18 +530,6 @@ func (f *PlanFigures) add(r *record.Handshake, o forecast.Outcome, c recordCost,
 	if pq {
 		f.WireKnownPQ += w.WireKnown
 		f.MultiSegmentPQ += w.MultiSegment
-	}
-	if f.Cost != nil {
-		if c.why != "" {
-			f.Cost.Uncosted[c.why] += n
-		} else {
-			nf := float64(n)
-			f.Cost.Costed += n
-			f.todayUs += nf * c.today
-			f.extraUs += nf * c.extra
-			f.lowUs += nf * c.low
-			f.highUs += nf * c.high
-		}
 	}
 }
 
@@ -553,6 +577,7 @@ func (f *PlanFigures) finish(secs float64) {
 // (first to last ts of the records kept; every scope's rates use it, so
 // the nodes' rates sum to the fleet's), the top SNIs and the tail.
 func (pl *Plan) Finish() {
+	pl.flush()
 	if pl.WindowEnd.After(pl.WindowStart) {
 		pl.WindowSeconds = pl.WindowEnd.Sub(pl.WindowStart).Seconds()
 	}

@@ -1,8 +1,8 @@
 package report
 
 import (
-	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"time"
 	"unicode/utf8"
 
@@ -32,11 +32,58 @@ type PlanDecoder struct {
 	// read it.
 	Client bool
 
-	strs   map[string]string
+	strs   map[string]planStr
 	groups map[string]planGroups
 	shares map[string]planShares
 	log    record.Log
-	last   [pfSkipString]string // each field's last string
+	last   [pfSkipString]planStr // each field's last string
+
+	// class is the last record's PlanClass, valid unless noClass.
+	class   PlanClass
+	noClass bool
+}
+
+// PlanClass names what a record a PlanDecoder read shares with others:
+// every field it sets but the record's own (ts, client, id), each string
+// and array by its number in the decoder's tables. Records of one class
+// from one decoder are the same record but for those (Plan.AddClass).
+type PlanClass [pcWords]uint32
+
+// The words of a PlanClass: the strings' and arrays' numbers (0: absent),
+// then the flags and integers.
+const (
+	pcServer = iota
+	pcSNI
+	pcVersion
+	pcGroup
+	pcHRRGroup
+	pcGroupMissing
+	pcOutcome
+	pcAlert
+	pcJA4
+	pcNode
+	pcUA
+	pcOffered
+	pcShares
+	pcFlags
+	pcCHBytes
+	pcSHBytes
+	pcWireSegs
+	pcWords
+)
+
+// The flags of PlanClass[pcFlags].
+const (
+	pcfPQOffered = 1 << iota
+	pcfPQ
+	pcfHRR
+	pcfLog
+)
+
+// planStr is an interned string and its number (0: not in the table).
+type planStr struct {
+	s  string
+	id uint32
 }
 
 // Bounds of a PlanDecoder's tables: past them a value is decoded afresh.
@@ -48,16 +95,40 @@ const (
 type planGroups struct {
 	names []string
 	ids   []uint16
+	num   uint32 // its number (0: not in the table)
 }
 
 type planShares struct {
 	shares []record.KeyShare
 	ids    []uint16
+	num    uint32
 }
 
 // NewPlanDecoder returns a decoder with empty tables.
 func NewPlanDecoder() *PlanDecoder {
-	return &PlanDecoder{strs: map[string]string{}, groups: map[string]planGroups{}, shares: map[string]planShares{}}
+	return &PlanDecoder{strs: map[string]planStr{}, groups: map[string]planGroups{}, shares: map[string]planShares{}}
+}
+
+// Class returns the class of the record the last Decode read, ok when it
+// has one (every string and array it keeps in the decoder's tables, its
+// integers within 32 bits).
+func (d *PlanDecoder) Class() (PlanClass, bool) { return d.class, !d.noClass }
+
+// classWord sets word w of the class to a number, no class when it is 0.
+func (d *PlanDecoder) classWord(w int, num uint32) {
+	if num == 0 {
+		d.noClass = true
+	}
+	d.class[w] = num
+}
+
+// classInt sets word w of the class to an integer, no class when it does
+// not fit.
+func (d *PlanDecoder) classInt(w int, v int) {
+	if v < 0 || v >= 1<<32 {
+		d.noClass = true
+	}
+	d.class[w] = uint32(v)
 }
 
 // planField numbers the record's JSON fields: the ones the plan reads, then
@@ -105,6 +176,55 @@ var planFields = map[string]planField{
 	"client_hello_segments": pfSkipInt, "client_hello_wire_segments": pfWireSegs, "group_missing": pfGroupMissing,
 	"resumed": pfSkipBool, "outcome": pfOutcome, "alert": pfAlert, "handshake_rtt_us": pfSkipInt, "ja4": pfJA4,
 	"log": pfLog, "generation": pfSkipGeneration, "node": pfNode, "id": pfID,
+}
+
+// planClassWord and planClassFlag are the PlanClass word of each string
+// field and the flag of each boolean one.
+var (
+	planClassWord = [pfSkipString]int{
+		pfServer: pcServer, pfSNI: pcSNI, pfVersion: pcVersion, pfGroup: pcGroup, pfHRRGroup: pcHRRGroup,
+		pfGroupMissing: pcGroupMissing, pfOutcome: pcOutcome, pfAlert: pcAlert, pfJA4: pcJA4, pfNode: pcNode,
+	}
+	planClassFlag = [pfSkipGeneration + 1]uint32{pfPQOffered: pcfPQOffered, pfPQ: pcfPQ, pfHRR: pcfHRR}
+)
+
+// planOrder is the record's fields in the order its writer writes them
+// (record.Handshake's MarshalJSON), each as `"name":`.
+var planOrder = func() []struct {
+	lit string
+	f   planField
+} {
+	names := []string{"ts", "transport", "client", "server", "frontend", "sni", "alpn", "offered_groups", "key_shares",
+		"pq_offered", "version", "cipher", "group", "pq", "hrr", "hrr_group", "client_hello_bytes", "server_hello_bytes",
+		"client_hello_segments", "client_hello_wire_segments", "group_missing", "resumed", "outcome", "alert",
+		"handshake_rtt_us", "ja4", "log", "generation", "node", "id"}
+	o := make([]struct {
+		lit string
+		f   planField
+	}, len(names))
+	for i, n := range names {
+		o[i].lit, o[i].f = `"`+n+`":`, planFields[n]
+	}
+	return o
+}()
+
+// planNextKey reads a key and its colon when they are, byte for byte, one
+// of planOrder's from *next on (the writer's order, fields left out by
+// omitempty skipped): false leaves s as it was, for the general path.
+func planNextKey(s *planScan, next *int) (planField, bool) {
+	b := s.b[s.i:]
+	if len(b) < 4 {
+		return 0, false
+	}
+	for j := *next; j < len(planOrder); j++ {
+		lit := planOrder[j].lit
+		if lit[1] == b[1] && len(b) >= len(lit) && string(b[:len(lit)]) == lit {
+			s.i += len(lit)
+			*next = j + 1
+			return planOrder[j].f, true
+		}
+	}
+	return 0, false
 }
 
 // planFieldOf is planFields[key], by a switch (no hashing).
@@ -218,40 +338,51 @@ type planScan struct {
 // exactly; false: decode line with encoding/json instead.
 func (d *PlanDecoder) Decode(line []byte, r *record.Handshake) bool {
 	*r = record.Handshake{}
+	d.class, d.noClass = PlanClass{}, false
 	s := planScan{b: line, ok: true}
 	s.ws()
 	if !s.byte('{') {
 		return false
 	}
 	var seen uint64
+	next := 0 // the record's writer's next key in planOrder
 	s.ws()
 	if s.peek() == '}' {
 		s.i++
 	} else {
 		for s.ok {
-			s.ws()
-			key, ok := s.key()
-			if !ok {
-				return false
+			if s.i < len(s.b) && s.b[s.i] <= ' ' {
+				s.ws()
 			}
-			f := planFieldOf(key)
-			if f == pfNone {
-				if planFoldMatch(key, planFields) {
+			f, ok := planNextKey(&s, &next)
+			if !ok {
+				key, ok := s.key()
+				if !ok {
+					return false
+				}
+				if f = planFieldOf(key); f == pfNone && planFoldMatch(key, planFields) {
 					return false // encoding/json matches it regardless of case
 				}
-			} else if f < pfSkipString { // a skipped field may repeat: only its type counts
+				s.ws()
+				if !s.byte(':') {
+					return false
+				}
+			}
+			if f != pfNone && f < pfSkipString { // a skipped field may repeat: only its type counts
 				if seen&(1<<f) != 0 {
 					return false
 				}
 				seen |= 1 << f
 			}
-			s.ws()
-			if !s.byte(':') {
-				return false
+			if s.i < len(s.b) && s.b[s.i] <= ' ' {
+				s.ws()
 			}
-			s.ws()
 			if !d.field(&s, f, r) {
 				return false
+			}
+			if s.i < len(s.b) && s.b[s.i] == ',' { // compact JSON: no space
+				s.i++
+				continue
 			}
 			s.ws()
 			if s.peek() == ',' {
@@ -301,13 +432,15 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 		if !ok {
 			return false
 		}
-		v := d.last[f]
-		if string(raw) != v {
-			if v, ok = d.intern(raw); !ok {
+		ps := d.last[f]
+		if string(raw) != ps.s || ps.id == 0 {
+			if ps, ok = d.intern(raw); !ok {
 				return false
 			}
-			d.last[f] = v
+			d.last[f] = ps
 		}
+		v := ps.s
+		d.classWord(planClassWord[f], ps.id)
 		switch f {
 		case pfServer:
 			r.Server = v
@@ -341,16 +474,22 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 		case pfHRR:
 			r.HRR = v
 		}
+		if v {
+			d.class[pcFlags] |= planClassFlag[f]
+		}
 		return ok
 	case pfCHBytes, pfSHBytes, pfWireSegs, pfSkipInt:
 		v, ok := s.integer()
 		switch f {
 		case pfCHBytes:
 			r.ClientHelloBytes = v
+			d.classInt(pcCHBytes, v)
 		case pfSHBytes:
 			r.ServerHelloBytes = v
+			d.classInt(pcSHBytes, v)
 		case pfWireSegs:
 			r.ClientHelloWireSegments = v
+			d.classInt(pcWireSegs, v)
 		}
 		return ok
 	case pfSkipString:
@@ -364,6 +503,8 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 	case pfLog:
 		d.log = record.Log{}
 		r.Log = &d.log
+		d.class[pcFlags] |= pcfLog
+		d.class[pcUA] = 0
 		return d.object(s, planLogFields, &d.log.UserAgent)
 	case pfSkipGeneration:
 		return d.object(s, planGenFields, nil)
@@ -403,7 +544,10 @@ func (d *PlanDecoder) object(s *planScan, fields map[string]byte, ua *string) bo
 		case 'i':
 			_, ok = s.integer()
 		case 'u':
-			*ua, ok = d.str(s)
+			var ps planStr
+			ps, ok = d.str(s)
+			*ua = ps.s
+			d.classWord(pcUA, ps.id)
 		default:
 			ok = s.skipValue(0)
 		}
@@ -429,13 +573,14 @@ func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 	raw := s.b[start:s.i]
 	if g, ok := d.groups[string(raw)]; ok {
 		r.OfferedGroups, r.OfferedIDs = g.names, g.ids
+		d.classWord(pcOffered, g.num)
 		return true
 	}
 	var g planGroups
 	sub := planScan{b: raw, ok: true}
 	if !sub.stringArray(func(v []byte) bool {
 		name, ok := d.intern(v)
-		g.names = append(g.names, name)
+		g.names = append(g.names, name.s)
 		return ok
 	}) {
 		return false
@@ -452,9 +597,11 @@ func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 		g.ids = []uint16{}
 	}
 	if len(d.groups) < planMaxArrays {
+		g.num = uint32(len(d.groups) + 1)
 		d.groups[string(raw)] = g
 	}
 	r.OfferedGroups, r.OfferedIDs = g.names, g.ids
+	d.classWord(pcOffered, g.num)
 	return true
 }
 
@@ -488,6 +635,7 @@ func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
 	raw := s.b[start:s.i]
 	if v, ok := d.shares[string(raw)]; ok {
 		r.KeyShares, r.KeyShareIDs = v.shares, v.ids
+		d.classWord(pcShares, v.num)
 		return true
 	}
 	// Read again, keeping the entries (last value of a repeated key, as
@@ -506,10 +654,11 @@ func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
 			sub.ws()
 			switch string(key) {
 			case "group":
-				var ok bool
-				if ks.Group, ok = d.str(&sub); !ok {
+				ps, ok := d.str(&sub)
+				if !ok {
 					return false
 				}
+				ks.Group = ps.s
 			case "bytes":
 				ks.Bytes, _ = sub.integer()
 			default:
@@ -539,39 +688,42 @@ func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
 		v.ids = []uint16{}
 	}
 	if len(d.shares) < planMaxArrays {
+		v.num = uint32(len(d.shares) + 1)
 		d.shares[string(raw)] = v
 	}
 	r.KeyShares, r.KeyShareIDs = v.shares, v.ids
+	d.classWord(pcShares, v.num)
 	return true
 }
 
 // str reads a string the plan keeps, interned.
-func (d *PlanDecoder) str(s *planScan) (string, bool) {
+func (d *PlanDecoder) str(s *planScan) (planStr, bool) {
 	v, ok := s.rawString()
 	if !ok {
-		return "", false
+		return planStr{}, false
 	}
 	return d.intern(v)
 }
 
-// intern returns v as a string: from the table, else added to it while it
-// has room. Only strings without escapes reach it; invalid UTF-8 is
-// declined (encoding/json replaces it).
-func (d *PlanDecoder) intern(v []byte) (string, bool) {
+// intern returns v as a string and its number: from the table, else added
+// to it while it has room (number 0 past it). Only strings without escapes
+// reach it; invalid UTF-8 is declined (encoding/json replaces it).
+func (d *PlanDecoder) intern(v []byte) (planStr, bool) {
 	if t, ok := d.strs[string(v)]; ok {
 		return t, true
 	}
 	for _, c := range v {
 		if c >= utf8.RuneSelf {
 			if !utf8.Valid(v) {
-				return "", false
+				return planStr{}, false
 			}
 			break
 		}
 	}
-	t := string(v)
+	t := planStr{s: string(v)}
 	if len(d.strs) < planMaxStrings {
-		d.strs[t] = t
+		t.id = uint32(len(d.strs) + 1)
+		d.strs[t.s] = t
 	}
 	return t, true
 }
@@ -583,7 +735,7 @@ func (d *PlanDecoder) intern(v []byte) (string, bool) {
 func planSetID(r *record.Handshake, v []byte, d *PlanDecoder) bool {
 	if seq, ok := planIDSeq(v); ok {
 		p, ok := d.intern(v[:len(v)-16])
-		r.IDPrefix, r.IDSeq = p, seq
+		r.IDPrefix, r.IDSeq = p.s, seq
 		return ok
 	}
 	if !utf8.Valid(v) {
@@ -727,8 +879,8 @@ func (s *planScan) rawString() ([]byte, bool) {
 	if !s.byte('"') {
 		return nil, false
 	}
-	n := bytes.IndexByte(s.b[s.i:], '"')
-	if n < 0 || !planPlain(s.b[s.i:s.i+n]) {
+	n := planPlainEnd(s.b[s.i:])
+	if n < 0 {
 		s.ok = false
 		return nil, false
 	}
@@ -758,6 +910,36 @@ func planPlain(b []byte) bool {
 	return true
 }
 
+// planPlainEnd is the index of the first '"' of b when no '\\' and no
+// control character comes before it, else -1: one pass, 8 bytes at a
+// time (the lowest flagged byte of each word is exact).
+func planPlainEnd(b []byte) int {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; len(b)-i >= 8; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (lo * '"')
+		e := x ^ (lo * '\\')
+		m := ((q-lo)&^q | (e-lo)&^e | (x-lo*0x20)&^x) & hi
+		if m != 0 {
+			j := i + bits.TrailingZeros64(m)/8
+			if b[j] == '"' {
+				return j
+			}
+			return -1
+		}
+	}
+	for ; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i
+		case c == '\\' || c < 0x20:
+			return -1
+		}
+	}
+	return -1
+}
+
 // key reads an object key: ASCII without escapes, else it fails (the
 // caller declines: encoding/json folds non-ASCII keys its own way).
 func (s *planScan) key() ([]byte, bool) {
@@ -782,7 +964,7 @@ func (s *planScan) skipString() bool {
 	if !s.byte('"') {
 		return false
 	}
-	if n := bytes.IndexByte(s.b[s.i:], '"'); n >= 0 && planPlain(s.b[s.i:s.i+n]) {
+	if n := planPlainEnd(s.b[s.i:]); n >= 0 {
 		s.i += n + 1
 		return true
 	}

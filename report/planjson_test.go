@@ -201,3 +201,35 @@ func TestPlanPlain(t *testing.T) {
 		}
 	}
 }
+
+// planPlainEnd finds the closing quote of a plain string exactly: the
+// first '"', -1 when a '\\' or a control character comes first or there
+// is none.
+func TestPlanPlainEnd(t *testing.T) {
+	naive := func(b []byte) int {
+		for i, c := range b {
+			switch {
+			case c == '"':
+				return i
+			case c == '\\' || c < 0x20:
+				return -1
+			}
+		}
+		return -1
+	}
+	specials := []byte{'"', '\\', 0, 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xff, '"' ^ 1, '\\' ^ 1}
+	for i := range 300000 {
+		b := make([]byte, i%37)
+		for j := range b {
+			b[j] = byte(0x23 + (i*7+j*13)%0x39) // no '"' or '\\'
+		}
+		for k := range i % 4 {
+			if len(b) > 0 {
+				b[(i/4+k*11)%len(b)] = specials[(i/7+k)%len(specials)]
+			}
+		}
+		if got, want := planPlainEnd(b), naive(b); got != want {
+			t.Fatalf("%q: %d, want %d", b, got, want)
+		}
+	}
+}

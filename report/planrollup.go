@@ -33,6 +33,9 @@ type RollupStats struct {
 // tail need records). A row whose node, server and window were seen
 // before is dropped.
 func (pl *Plan) AddRollup(row *RollupRow) {
+	if len(pl.pending) > 0 {
+		pl.flush()
+	}
 	if pl.Rollups == nil {
 		pl.Rollups = &RollupStats{}
 	}

@@ -157,7 +157,11 @@ func (k *planKinds) add(plan *report.Plan, line []byte) {
 		if k.dec.Decode(line, &k.h) {
 			if k.h.Outcome != "" {
 				k.records++
-				plan.Add(&k.h)
+				if class, ok := k.dec.Class(); ok {
+					plan.AddClass(&k.h, class)
+				} else {
+					plan.Add(&k.h)
+				}
 				return
 			}
 			k.addRollup(plan, line) // valid JSON, not a record
