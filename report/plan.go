@@ -200,10 +200,8 @@ type Plan struct {
 	uaFamilies  map[string]string
 	familyCache map[familyKey]string
 
-	classes  map[uint64]*planClass    // AddClass's by hash (planclass.go)
-	collided map[PlanClass]*planClass // classes whose hash another has
-	nClasses int
-	pending  []*planClass // classes with records not yet in the figures
+	classes planClassTable // AddClass's (planclass.go)
+	pending []int32        // its slots with records not yet in the figures
 }
 
 // NewPlan returns an empty plan for policy p and costs (nil: no cost half).
@@ -213,7 +211,6 @@ func NewPlan(p forecast.Policy, costs []PlanCosts) *Plan {
 		Nodes: map[string]*PlanFigures{}, Servers: map[string]*PlanFigures{},
 		ids: map[uint64]struct{}{}, windows: map[idStream]*seqWindow{}, seed: maphash.MakeSeed(), snis: map[string]*PlanFigures{}, families: map[tailKey]*tailAcc{},
 		failures: map[[2]string]string{}, uaFamilies: map[string]string{}, familyCache: map[familyKey]string{},
-		classes: map[uint64]*planClass{}, collided: map[PlanClass]*planClass{},
 	}
 	pl.PlanFigures = pl.newFigures()
 	return pl

@@ -22,10 +22,8 @@ import (
 const MaxPlanClasses = 8192
 
 // planClass is one class: a record of it (its own fields zero), what Add
-// works out for it, and the records counted since the last flush.
+// works out for it.
 type planClass struct {
-	key      PlanClass
-	n        int
 	overflow int // rows folded into "other" per record (RowsOverflow)
 	r        record.Handshake
 	log      record.Log
@@ -39,8 +37,7 @@ type planClass struct {
 	classic  bool
 }
 
-// hash is a 64-bit hash of k (the classes' index is by it: a small table
-// of hashes, the key compared in the class itself).
+// hash is a 64-bit hash of k.
 func (k *PlanClass) hash() uint64 {
 	h := uint64(len(k))
 	for _, w := range k {
@@ -49,24 +46,51 @@ func (k *PlanClass) hash() uint64 {
 	return h ^ h>>29
 }
 
-// class returns k's class, nil when it has none yet.
-func (pl *Plan) class(k *PlanClass, h uint64) *planClass {
-	if c := pl.classes[h]; c != nil {
-		if c.key == *k {
-			return c
-		}
-		return pl.collided[*k]
+// planClassSlot is a class's entry in the plan's table: what a record of
+// it reads and writes, together (the class's other fields are read when
+// it is made and flushed).
+type planClassSlot struct {
+	key      PlanClass
+	h        uint32 // the hash's low bits, compared first
+	n        int32  // records since the last flush
+	overflow int32  // rows folded into "other" per record (RowsOverflow)
+	costed   bool   // its records add to the cost sums
+	c        *planClass
+}
+
+// planClassTable is an open-addressed table of up to MaxPlanClasses
+// classes: index holds slot numbers + 1, probed linearly from the hash.
+type planClassTable struct {
+	index []int32
+	slots []planClassSlot
+}
+
+// find returns k's slot number, -1 when it has none; at is where a new
+// slot's number goes.
+func (t *planClassTable) find(k *PlanClass, h uint64) (slot, at int) {
+	if t.index == nil {
+		t.index = make([]int32, 2*MaxPlanClasses)
 	}
-	return nil
+	mask := len(t.index) - 1
+	for i := int(h) & mask; ; i = (i + 1) & mask {
+		n := int(t.index[i]) - 1
+		if n < 0 {
+			return -1, i
+		}
+		if s := &t.slots[n]; s.h == uint32(h) && s.key == *k {
+			return n, i
+		}
+	}
 }
 
 // AddClass adds r as Add does, by its class k: r and k from one
 // PlanDecoder (Decode, Class), the same decoder for every AddClass of a
 // plan. r is not kept.
 func (pl *Plan) AddClass(r *record.Handshake, k PlanClass) {
+	t := &pl.classes
 	h := k.hash()
-	c := pl.class(&k, h)
-	if c == nil && pl.nClasses >= MaxPlanClasses {
+	n, at := t.find(&k, h)
+	if n < 0 && len(t.slots) >= MaxPlanClasses {
 		pl.Add(r)
 		return
 	}
@@ -75,29 +99,27 @@ func (pl *Plan) AddClass(r *record.Handshake, k PlanClass) {
 		pl.Duplicates++
 		return
 	}
-	if c == nil {
-		c = pl.newClass(r)
-		c.key = k
-		pl.nClasses++
-		if pl.classes[h] == nil {
-			pl.classes[h] = c
-		} else {
-			pl.collided[k] = c
-		}
+	if n < 0 {
+		c := pl.newClass(r)
+		n = len(t.slots)
+		t.slots = append(t.slots, planClassSlot{key: k, h: uint32(h), overflow: int32(c.overflow), costed: c.cost.why == "" && len(pl.Costs) > 0, c: c})
+		t.index[at] = int32(n + 1)
 	}
+	s := &t.slots[n]
 	pl.window(r)
 	if r.Node == "" {
 		pl.NoNode++
 	}
-	pl.RowsOverflow += c.overflow
+	pl.RowsOverflow += int(s.overflow)
 	if pl.PolicyCheck != nil {
 		pl.PolicyCheck.Add(r)
 	}
-	if c.n == 0 {
-		pl.pending = append(pl.pending, c)
+	if s.n == 0 {
+		pl.pending = append(pl.pending, int32(n))
 	}
-	c.n++
-	if c.cost.why == "" && c.scopes[0].Cost != nil {
+	s.n++
+	if s.costed {
+		c := s.c
 		for _, f := range c.scopes {
 			f.addCostUs(c.cost, 1)
 		}
@@ -142,8 +164,10 @@ func (pl *Plan) newClass(r *record.Handshake) *planClass {
 // flush adds the classes' records counted since the last flush to the
 // figures, the classes in the order of their first record.
 func (pl *Plan) flush() {
-	for _, c := range pl.pending {
-		n := c.n
+	for _, i := range pl.pending {
+		s := &pl.classes.slots[i]
+		c, n := s.c, int(s.n)
+		s.n = 0
 		w := c.w
 		w.N, w.Growth, w.HRRBytes, w.WireKnown, w.MultiSegment = n, w.Growth*int64(n), w.HRRBytes*int64(n), w.WireKnown*n, w.MultiSegment*n
 		for _, f := range c.scopes {
@@ -159,8 +183,6 @@ func (pl *Plan) flush() {
 		if c.classic {
 			count(pl.families, tailKey{key: c.family}, c.reason, n, &pl.FamiliesOverflow)
 		}
-		c.n = 0
 	}
-	clear(pl.pending)
 	pl.pending = pl.pending[:0]
 }

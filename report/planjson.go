@@ -38,6 +38,13 @@ type PlanDecoder struct {
 	log    record.Log
 	last   [pfSkipString]planStr // each field's last string
 
+	// recent holds, per array or object field, the last texts read and
+	// what was made of them: a value that starts with one of them is that
+	// value (an array's or an object's text ends where it closes), read
+	// without scanning it again.
+	recent [pfSkipGeneration + 1][planRecent]planRecentValue
+	turn   [pfSkipGeneration + 1]uint8
+
 	// class is the last record's PlanClass, valid unless noClass.
 	class   PlanClass
 	noClass bool
@@ -91,6 +98,37 @@ const (
 	planMaxStrings = 1 << 16
 	planMaxArrays  = 1 << 12
 )
+
+// planRecent is how many texts of a field recent keeps.
+const planRecent = 4
+
+type planRecentValue struct {
+	raw    []byte
+	groups planGroups
+	shares planShares
+}
+
+// recentValue returns the entry of field f whose text s's value starts
+// with, and skips that text; nil when none.
+func (d *PlanDecoder) recentValue(s *planScan, f planField) *planRecentValue {
+	b := s.b[s.i:]
+	for i := range d.recent[f] {
+		v := &d.recent[f][i]
+		if n := len(v.raw); n > 0 && len(b) >= n && b[0] == v.raw[0] && b[n-1] == v.raw[n-1] && string(b[:n]) == string(v.raw) {
+			s.i += n
+			return v
+		}
+	}
+	return nil
+}
+
+// remember keeps raw (copied) as a text of field f, in turn.
+func (d *PlanDecoder) remember(f planField, raw []byte) *planRecentValue {
+	v := &d.recent[f][d.turn[f]%planRecent]
+	d.turn[f]++
+	v.raw = append(v.raw[:0], raw...)
+	return v
+}
 
 type planGroups struct {
 	names []string
@@ -507,7 +545,15 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 		d.class[pcUA] = 0
 		return d.object(s, planLogFields, &d.log.UserAgent)
 	case pfSkipGeneration:
-		return d.object(s, planGenFields, nil)
+		if d.recentValue(s, f) != nil {
+			return true
+		}
+		start := s.i
+		if !d.object(s, planGenFields, nil) {
+			return false
+		}
+		d.remember(f, s.b[start:s.i])
+		return true
 	}
 	return false
 }
@@ -566,6 +612,11 @@ func (d *PlanDecoder) object(s *planScan, fields map[string]byte, ua *string) bo
 // offered reads offered_groups: its names and, as FillIDs, their ids;
 // once per distinct array text.
 func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
+	if v := d.recentValue(s, pfOffered); v != nil {
+		r.OfferedGroups, r.OfferedIDs = v.groups.names, v.groups.ids
+		d.classWord(pcOffered, v.groups.num)
+		return true
+	}
 	start := s.i
 	if !s.stringArray(nil) {
 		return false
@@ -574,6 +625,7 @@ func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 	if g, ok := d.groups[string(raw)]; ok {
 		r.OfferedGroups, r.OfferedIDs = g.names, g.ids
 		d.classWord(pcOffered, g.num)
+		d.remember(pfOffered, raw).groups = g
 		return true
 	}
 	var g planGroups
@@ -599,6 +651,7 @@ func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 	if len(d.groups) < planMaxArrays {
 		g.num = uint32(len(d.groups) + 1)
 		d.groups[string(raw)] = g
+		d.remember(pfOffered, raw).groups = g
 	}
 	r.OfferedGroups, r.OfferedIDs = g.names, g.ids
 	d.classWord(pcOffered, g.num)
@@ -608,6 +661,11 @@ func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 // keyShares reads key_shares: the entries and, as FillIDs, their ids;
 // once per distinct array text.
 func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
+	if v := d.recentValue(s, pfShares); v != nil {
+		r.KeyShares, r.KeyShareIDs = v.shares.shares, v.shares.ids
+		d.classWord(pcShares, v.shares.num)
+		return true
+	}
 	start := s.i
 	if !s.byte('[') {
 		return false
@@ -636,6 +694,7 @@ func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
 	if v, ok := d.shares[string(raw)]; ok {
 		r.KeyShares, r.KeyShareIDs = v.shares, v.ids
 		d.classWord(pcShares, v.num)
+		d.remember(pfShares, raw).shares = v
 		return true
 	}
 	// Read again, keeping the entries (last value of a repeated key, as
@@ -690,6 +749,7 @@ func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
 	if len(d.shares) < planMaxArrays {
 		v.num = uint32(len(d.shares) + 1)
 		d.shares[string(raw)] = v
+		d.remember(pfShares, raw).shares = v
 	}
 	r.KeyShares, r.KeyShareIDs = v.shares, v.ids
 	d.classWord(pcShares, v.num)

@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -149,9 +150,11 @@ func FuzzPlanDecoder(f *testing.F) {
 	for _, l := range planDecoderEdges {
 		f.Add([]byte(l))
 	}
+	golden := planGoldenLines(f)
 	f.Fuzz(func(t *testing.T, line []byte) {
 		d := NewPlanDecoder()
 		d.Client = true
+		checkDecode(t, d, golden[len(line)%len(golden)]) // its texts recent
 		checkDecode(t, d, line)
 		checkDecode(t, d, line) // from the tables
 	})
@@ -231,5 +234,53 @@ func TestPlanPlainEnd(t *testing.T) {
 		if got, want := planPlainEnd(b), naive(b); got != want {
 			t.Fatalf("%q: %d, want %d", b, got, want)
 		}
+	}
+}
+
+// Records of one PlanClass are one record but for ts, client and id: the
+// golden lines, each again with another ts, client and id, through one
+// decoder.
+func TestPlanClassSameRecord(t *testing.T) {
+	d := NewPlanDecoder()
+	d.Client = true
+	byClass := map[PlanClass]planView{}
+	lines := planGoldenLines(t)
+	classes := 0
+	for pass := range 3 {
+		for i, l := range lines {
+			line := l
+			if pass > 0 {
+				var m map[string]any
+				if err := json.Unmarshal(l, &m); err != nil {
+					t.Fatal(err)
+				}
+				m["ts"] = fmt.Sprintf("2026-04-0%dT01:02:03.%09dZ", pass, i)
+				m["client"] = fmt.Sprintf("192.0.2.%d:%d", pass, 1000+i)
+				m["id"] = fmt.Sprintf("node%d-%016x", pass, i+1)
+				var err error
+				if line, err = json.Marshal(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var r record.Handshake
+			if !d.Decode(line, &r) {
+				continue
+			}
+			k, ok := d.Class()
+			if !ok {
+				t.Fatalf("no class: %s", line)
+			}
+			v := viewOf(&r)
+			v.TS, v.Loc, v.Client, v.ID, v.HasID = "", "", "", "", false
+			if old, seen := byClass[k]; !seen {
+				byClass[k] = v
+				classes++
+			} else if !reflect.DeepEqual(old, v) {
+				t.Fatalf("one class, two records:\n%+v\n%+v", old, v)
+			}
+		}
+	}
+	if classes < 10 {
+		t.Fatalf("%d classes", classes)
 	}
 }
