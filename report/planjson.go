@@ -45,6 +45,8 @@ type PlanDecoder struct {
 	recent [pfSkipGeneration + 1][planRecent]planRecentValue
 	turn   [pfSkipGeneration + 1]uint8
 
+	cache [1 << planCacheBits]planStr // planCacheSlot
+
 	// class is the last record's PlanClass, valid unless noClass.
 	class   PlanClass
 	noClass bool
@@ -95,6 +97,7 @@ type planStr struct {
 
 // Bounds of a PlanDecoder's tables: past them a value is decoded afresh.
 const (
+	planCacheBits  = 10
 	planMaxStrings = 1 << 16
 	planMaxArrays  = 1 << 12
 )
@@ -769,7 +772,12 @@ func (d *PlanDecoder) str(s *planScan) (planStr, bool) {
 // to it while it has room (number 0 past it). Only strings without escapes
 // reach it; invalid UTF-8 is declined (encoding/json replaces it).
 func (d *PlanDecoder) intern(v []byte) (planStr, bool) {
+	e := &d.cache[planCacheSlot(v)]
+	if e.id != 0 && e.s == string(v) {
+		return *e, true
+	}
 	if t, ok := d.strs[string(v)]; ok {
+		*e = t
 		return t, true
 	}
 	for _, c := range v {
@@ -784,8 +792,25 @@ func (d *PlanDecoder) intern(v []byte) (planStr, bool) {
 	if len(d.strs) < planMaxStrings {
 		t.id = uint32(len(d.strs) + 1)
 		d.strs[t.s] = t
+		*e = t
 	}
 	return t, true
+}
+
+// planCacheSlot is v's slot in a PlanDecoder's cache of interned strings
+// (in front of its table: the nodes' names and the agents' id prefixes
+// come round in turn), from v's length and its first and last 8 bytes.
+func planCacheSlot(v []byte) int {
+	var a, b uint64
+	if len(v) >= 8 {
+		a, b = binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint64(v[len(v)-8:])
+	} else {
+		for _, c := range v {
+			a = a<<8 | uint64(c)
+		}
+	}
+	h := (a*0x9e3779b97f4a7c15 ^ b) * 0xc2b2ae3d27d4eb4f
+	return int((h ^ uint64(len(v))) >> (64 - planCacheBits))
 }
 
 // planSetID sets r's id: an id of the agent's form "<prefix>-<16

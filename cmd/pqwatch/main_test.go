@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 				panic(err)
 			}
 		}
+		// PQWATCH_TEST_PLAN_REFERENCE=1: plan reads records with
+		// encoding/json only (the benchmarks' reference).
+		planReferenceDecoder = os.Getenv("PQWATCH_TEST_PLAN_REFERENCE") == "1"
 		// Signals as main handles them: the first stops cleanly, a second
 		// at once.
 		ctx, stop := signalContext()

@@ -69,7 +69,7 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	plan := report.NewPlan(policy, pc)
 	plan.PolicyCheck = policyCheck(es)
-	var kinds planKinds
+	kinds := planKinds{reference: planReferenceDecoder}
 	failed, sources, read := 0, fs.NArg(), 0
 	for _, path := range fs.Args() {
 		if ctx.Err() != nil {
@@ -156,6 +156,11 @@ func cmdPlan(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
+
+// planReferenceDecoder makes plan read records with encoding/json only:
+// the reference its benchmarks measure the PlanDecoder against (set by
+// the tests).
+var planReferenceDecoder bool
 
 // readPlanRecords adds every record or rollup row of the JSONL file path
 // (- : stdin; gzip when it starts with gzip's magic) to plan; a line that is
