@@ -65,7 +65,10 @@ soak:
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'Soak|Ladder|IdleSessions|MaxRateSearch' -v ./loadgen
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 45m -run 'MemorySoak' -v ./e2e
 
-# Go benchmarks; the packets per handshake that reach pqwatch under the
+# Go benchmarks (the plan's: BenchmarkPlanRecords and BenchmarkPlanPeakMemory
+# report records and GiB per CPU second and peak RSS on 1 M and 10 M
+# generated records, each with its ratio to the reference decoder measured
+# in the same run, x-ref-*); the packets per handshake that reach pqwatch under the
 # classic and the eBPF kernel filter (exact: generated captures and real
 # handshakes on lo; root); offline throughput; the live CPU figures
 # (internal/benchlive: nginx at 600/s and at the highest rate this machine

@@ -149,6 +149,9 @@ func (k *planKinds) add(plan *report.Plan, line []byte) {
 		}
 		return
 	}
+	if k.rollups > 0 && k.records == 0 && k.rollupRow(plan, line) {
+		return // rollups so far: a row is read once, not tried as a record first
+	}
 	if !k.reference {
 		if k.dec == nil {
 			k.dec = report.NewPlanDecoder()
@@ -180,13 +183,20 @@ func (k *planKinds) add(plan *report.Plan, line []byte) {
 
 // addRollup adds line as a rollup row, else counts it malformed.
 func (k *planKinds) addRollup(plan *report.Plan, line []byte) {
+	if !k.rollupRow(plan, line) {
+		plan.Malformed++
+	}
+}
+
+// rollupRow adds line as a rollup row when it is one.
+func (k *planKinds) rollupRow(plan *report.Plan, line []byte) bool {
 	var row report.RollupRow
 	if err := json.Unmarshal(line, &row); err == nil && row.Server != "" && !row.Start.IsZero() && !row.End.IsZero() {
 		k.rollups++
 		plan.AddRollup(&row)
-		return
+		return true
 	}
-	plan.Malformed++
+	return false
 }
 
 // mixed is the error when both kinds were read.
