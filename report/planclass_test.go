@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -16,27 +17,37 @@ import (
 // one), with duplicates, costs and lines AddClass cannot take (a string
 // with an escape) among them.
 func TestPlanAddClassEqualsAdd(t *testing.T) {
-	golden := planGoldenLines(t)
-	var lines [][]byte
-	for i := range 30_000 {
-		var m map[string]any
-		if err := json.Unmarshal(golden[i%len(golden)], &m); err != nil {
+	var golden []record.Handshake
+	for _, l := range planGoldenLines(t) {
+		var h record.Handshake
+		if err := json.Unmarshal(l, &h); err != nil {
 			t.Fatal(err)
 		}
-		m["ts"] = fmt.Sprintf("2026-04-01T%02d:%02d:%02d.%06dZ", i/3600%24, i/60%60, i%60, i)
-		m["node"] = fmt.Sprintf("node-%02d", i%40)
-		m["ja4"] = fmt.Sprintf("t13d%06d", i*7919%15_000)
-		m["id"] = fmt.Sprintf("n%02d-%016x", i%40, i/40+1)
-		b, err := json.Marshal(m)
+		golden = append(golden, h)
+	}
+	var lines [][]byte
+	var recs []record.Handshake // each line's record, as encoding/json reads it
+	base := time.Date(2026, 4, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 30_000 {
+		h := golden[i%len(golden)]
+		h.TS = base.Add(time.Duration(i) * time.Millisecond)
+		h.Node = fmt.Sprintf("node-%02d", i%40)
+		h.JA4 = fmt.Sprintf("t13d%06d", i*7919%15_000)
+		h.ID, h.IDPrefix, h.IDSeq = "", fmt.Sprintf("n%02d-", i%40), uint64(i/40+1)
+		b, err := json.Marshal(h)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if i%997 == 0 {
 			b = bytes.Replace(b, []byte(`"server":"`), []byte(`"server":"\u0031`), 1) // an escape: the decoder declines
+			h.Server = "1" + h.Server
 		}
-		lines = append(lines, b)
+		h.ID, h.IDPrefix, h.IDSeq = h.RecordID(), "", 0
+		FillIDs(&h)
+		lines, recs = append(lines, b), append(recs, h)
 		if i%101 == 0 {
-			lines = append(lines, lines[len(lines)-1-i%7]) // a second delivery
+			j := len(lines) - 1 - i%7 // a second delivery
+			lines, recs = append(lines, lines[j]), append(recs, recs[j])
 		}
 	}
 	costs := []PlanCosts{{Table: costTable(t)}}
@@ -45,16 +56,13 @@ func TestPlanAddClassEqualsAdd(t *testing.T) {
 		pl := NewPlan(planPolicy(t), costs)
 		d := NewPlanDecoder()
 		classes, declined := 0, 0
-		for _, l := range lines {
+		for i, l := range lines {
 			var r record.Handshake
 			if pass == 0 || !d.Decode(l, &r) {
 				if pass == 1 {
 					declined++
 				}
-				if err := json.Unmarshal(l, &r); err != nil {
-					t.Fatal(err)
-				}
-				FillIDs(&r)
+				r = recs[i]
 				pl.Add(&r)
 				continue
 			}
