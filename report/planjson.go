@@ -46,6 +46,7 @@ type PlanDecoder struct {
 	turn   [pfSkipGeneration + 1]uint8
 
 	cache [1 << planCacheBits]planStr // planCacheSlot
+	day   planDay
 
 	// class is the last record's PlanClass, valid unless noClass.
 	class   PlanClass
@@ -230,39 +231,45 @@ var (
 )
 
 // planOrder is the record's fields in the order its writer writes them
-// (record.Handshake's MarshalJSON), each as `"name":`.
-var planOrder = func() []struct {
-	lit string
-	f   planField
-} {
+// (record.Handshake's MarshalJSON), each as `"name":`, with its first 8
+// bytes as a little-endian word (head) and the mask of those that are
+// the literal's.
+var planOrder = func() []planKeyLit {
 	names := []string{"ts", "transport", "client", "server", "frontend", "sni", "alpn", "offered_groups", "key_shares",
 		"pq_offered", "version", "cipher", "group", "pq", "hrr", "hrr_group", "client_hello_bytes", "server_hello_bytes",
 		"client_hello_segments", "client_hello_wire_segments", "group_missing", "resumed", "outcome", "alert",
 		"handshake_rtt_us", "ja4", "log", "generation", "node", "id"}
-	o := make([]struct {
-		lit string
-		f   planField
-	}, len(names))
+	o := make([]planKeyLit, len(names))
 	for i, n := range names {
-		o[i].lit, o[i].f = `"`+n+`":`, planFields[n]
+		lit := `"` + n + `":`
+		var pad [8]byte
+		copy(pad[:], lit)
+		o[i] = planKeyLit{lit: lit, f: planFields[n], head: binary.LittleEndian.Uint64(pad[:]), mask: ^uint64(0) >> (64 - 8*min(len(lit), 8))}
 	}
 	return o
 }()
+
+type planKeyLit struct {
+	lit        string
+	f          planField
+	head, mask uint64
+}
 
 // planNextKey reads a key and its colon when they are, byte for byte, one
 // of planOrder's from *next on (the writer's order, fields left out by
 // omitempty skipped): false leaves s as it was, for the general path.
 func planNextKey(s *planScan, next *int) (planField, bool) {
 	b := s.b[s.i:]
-	if len(b) < 4 {
+	if len(b) < 8 {
 		return 0, false
 	}
+	x := binary.LittleEndian.Uint64(b)
 	for j := *next; j < len(planOrder); j++ {
-		lit := planOrder[j].lit
-		if lit[1] == b[1] && len(b) >= len(lit) && string(b[:len(lit)]) == lit {
-			s.i += len(lit)
+		k := &planOrder[j]
+		if x&k.mask == k.head && len(b) >= len(k.lit) && (len(k.lit) <= 8 || string(b[8:len(k.lit)]) == k.lit[8:]) {
+			s.i += len(k.lit)
 			*next = j + 1
-			return planOrder[j].f, true
+			return k.f, true
 		}
 	}
 	return 0, false
@@ -450,7 +457,7 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 		if !ok {
 			return false
 		}
-		r.TS, ok = planParseTime(v)
+		r.TS, ok = planParseTime(v, &d.day)
 		return ok
 	case pfClient:
 		if !d.Client {
@@ -884,10 +891,20 @@ func planLower(key, dst []byte) ([]byte, bool) {
 	return dst, changed
 }
 
+// planDay is the date the last timestamp had, and its midnight in Unix
+// seconds (set: it was a valid date).
+type planDay struct {
+	date [10]byte
+	unix int64
+	set  bool
+}
+
 // planParseTime parses "YYYY-MM-DDTHH:MM:SS[.fraction]Z" as
 // time.Time.UnmarshalJSON would (strict RFC 3339, UTC); false for any
 // other form (an offset, a leap second...), which the caller leaves to it.
-func planParseTime(v []byte) (time.Time, bool) {
+// A timestamp of day's date takes its midnight from day; day is set to
+// the date of each other one read.
+func planParseTime(v []byte, day *planDay) (time.Time, bool) {
 	if len(v) < 20 || v[4] != '-' || v[7] != '-' || v[10] != 'T' || v[13] != ':' || v[16] != ':' || v[len(v)-1] != 'Z' {
 		return time.Time{}, false
 	}
@@ -901,17 +918,25 @@ func planParseTime(v []byte) (time.Time, bool) {
 		}
 		return n, true
 	}
-	year, ok1 := num(v[0:4])
-	month, ok2 := num(v[5:7])
-	day, ok3 := num(v[8:10])
 	hour, ok4 := num(v[11:13])
 	minute, ok5 := num(v[14:16])
 	sec, ok6 := num(v[17:19])
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
+	if !(ok4 && ok5 && ok6) || hour > 23 || minute > 59 || sec > 59 {
 		return time.Time{}, false
 	}
-	if day > 28 && time.Date(year, time.Month(month), day, 0, 0, 0, 0, time.UTC).Day() != day {
-		return time.Time{}, false
+	if !day.set || string(v[:10]) != string(day.date[:]) {
+		year, ok1 := num(v[0:4])
+		month, ok2 := num(v[5:7])
+		mday, ok3 := num(v[8:10])
+		if !(ok1 && ok2 && ok3) || month < 1 || month > 12 || mday < 1 {
+			return time.Time{}, false
+		}
+		midnight := time.Date(year, time.Month(month), mday, 0, 0, 0, 0, time.UTC)
+		if mday > 28 && midnight.Day() != mday {
+			return time.Time{}, false
+		}
+		copy(day.date[:], v[:10])
+		day.unix, day.set = midnight.Unix(), true
 	}
 	ns := 0
 	if frac := v[19 : len(v)-1]; len(frac) > 0 {
@@ -927,7 +952,7 @@ func planParseTime(v []byte) (time.Time, bool) {
 		}
 		ns = n
 	}
-	return time.Date(year, time.Month(month), day, hour, minute, sec, ns, time.UTC), true
+	return time.Unix(day.unix+int64(hour*3600+minute*60+sec), int64(ns)).UTC(), true
 }
 
 func (s *planScan) peek() byte {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pqwatch/pqwatch/record"
 )
@@ -282,5 +283,29 @@ func TestPlanClassSameRecord(t *testing.T) {
 	}
 	if classes < 10 {
 		t.Fatalf("%d classes", classes)
+	}
+}
+
+// planParseTime, its date from the last one's or parsed, reads what
+// time.Time's UnmarshalJSON reads, to the same time.Time.
+func TestPlanParseTime(t *testing.T) {
+	var day planDay
+	for _, v := range []string{
+		"2026-03-01T00:00:00Z", "2026-03-01T23:59:59.999999999Z", "2026-03-01T12:00:00.5Z", "2026-03-02T00:00:00.000000001Z",
+		"2024-02-29T10:00:00Z", "2023-02-29T10:00:00Z", "2024-02-29T24:00:00Z", "2024-02-29T10:60:00Z", "2024-02-29T10:00:60Z",
+		"2024-02-29T10:00:00.Z", "2024-13-01T00:00:00Z", "2024-00-01T00:00:00Z", "2024-01-00T00:00:00Z", "2024-04-31T00:00:00Z",
+		"2024-04-30T01:02:03+00:00", "0001-01-01T00:00:00Z", "9999-12-31T23:59:59.123Z", "1969-12-31T23:59:59.9Z", "1969-12-31T23:59:58Z",
+	} {
+		var want time.Time
+		werr := want.UnmarshalJSON([]byte(`"` + v + `"`))
+		got, ok := planParseTime([]byte(v), &day)
+		switch {
+		case ok && werr != nil:
+			t.Errorf("%s: read, encoding/json refuses it: %v", v, werr)
+		case ok && (got != want || got.GoString() != want.GoString()):
+			t.Errorf("%s: %s, want %s", v, got.GoString(), want.GoString())
+		case !ok && werr == nil && !strings.Contains(v, "+"):
+			t.Errorf("%s: declined, encoding/json reads it", v)
+		}
 	}
 }
