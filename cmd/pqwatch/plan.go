@@ -222,7 +222,7 @@ func scanJSONLines(r io.Reader, fn func(line []byte)) error {
 		r = br
 	}
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxPlanLine)
+	sc.Buffer(make([]byte, 1<<20), maxPlanLine) // reads of 64 KiB or more bypass br's buffer (one copy less)
 	for sc.Scan() {
 		fn(sc.Bytes())
 	}
