@@ -52,7 +52,7 @@ func (k *PlanClass) hash() uint64 {
 type planClassSlot struct {
 	key      PlanClass
 	h        uint32 // the hash's low bits, compared first
-	n        int32  // records since the last flush
+	n        int    // records since the last flush
 	overflow int32  // rows folded into "other" per record (RowsOverflow)
 	costed   bool   // its records add to the cost sums
 	c        *planClass
@@ -166,7 +166,7 @@ func (pl *Plan) newClass(r *record.Handshake) *planClass {
 func (pl *Plan) flush() {
 	for _, i := range pl.pending {
 		s := &pl.classes.slots[i]
-		c, n := s.c, int(s.n)
+		c, n := s.c, s.n
 		s.n = 0
 		w := c.w
 		w.N, w.Growth, w.HRRBytes, w.WireKnown, w.MultiSegment = n, w.Growth*int64(n), w.HRRBytes*int64(n), w.WireKnown*n, w.MultiSegment*n
