@@ -28,13 +28,14 @@ var allowed = map[string][]string{
 	"sniffer":           {"record", "tlsparse", "sniffer/quic", "internal/memlist", "internal/memlimit"},
 	"forecast":          {"record", "tlsparse"},
 	"report":            {"record", "tlsparse", "forecast"},
-	"logjoin":           {"record", "tlsparse", "logparse"},
-	"proctrack":         {"record", "internal/procfs", "internal/pollfd"},
+	"logjoin":           {"record", "tlsparse", "logparse", "kubepod"},
+	"proctrack":         {"record", "internal/procfs", "internal/pollfd", "kubepod"},
 	"exporter":          {"record", "tlsparse", "forecast", "report"},
 	"loadgen":           {"tlsparse", "internal/procfs"},
 	"merge":             {"record"},
+	"kubepod":           {"record"},
 	"pipeline":          {"record", "report", "sniffer", "logjoin", "merge", "capture"},
-	"agent":             {"internal/memlimit", "record", "report", "capture", "sniffer", "forecast", "logparse", "logjoin", "proctrack", "exporter", "merge", "pipeline"},
+	"agent":             {"internal/memlimit", "record", "report", "kubepod", "capture", "sniffer", "forecast", "logparse", "logjoin", "proctrack", "exporter", "merge", "pipeline"},
 	"demo":              {"record", "sniffer", "forecast", "report", "pcapgen", "merge", "pipeline", "agent"},
 	// cmd wires: flags -> each package's option types -> pipeline. It
 	// never reaches into proctrack or the capture rings' internals.
