@@ -237,7 +237,8 @@ func AppendECS(dst []byte, h *record.Handshake) []byte {
 	return append(dst, b...)
 }
 
-// ParseECS reads an ECS line back into the record it was written from.
+// ParseECS reads an ECS line back into the record it was written from,
+// its groups' codepoints filled from their names (record.Handshake.FillIDs).
 func ParseECS(line []byte) (*record.Handshake, error) {
 	var e ECS
 	if err := json.Unmarshal(line, &e); err != nil {
@@ -301,6 +302,7 @@ func ParseECS(line []byte) (*record.Handshake, error) {
 			}
 		}
 	}
+	h.FillIDs()
 	return h, nil
 }
 

@@ -20,8 +20,26 @@ func TestGroupIdxMatchesGroupLabel(t *testing.T) {
 		{Outcome: record.OutcomeReset},
 		{Outcome: record.OutcomeIncomplete, GroupMissing: record.GroupMissingUnknown},
 	} {
+		h.FillIDs()
 		if got, want := groupValues[groupIdx(&h)], record.GroupLabel(&h); got != want {
 			t.Errorf("%+v: pqwatch_handshakes_total group %q, record.GroupLabel %q", h, got, want)
+		}
+	}
+}
+
+// BenchmarkGroupIdx: the group label of the metrics tap, per record, for
+// the common groups and one outside them.
+func BenchmarkGroupIdx(b *testing.B) {
+	var recs []record.Handshake
+	for _, name := range []string{"X25519MLKEM768", "x25519", "secp256r1", "SecP256r1MLKEM768", "0x1234"} {
+		h := record.Handshake{Group: name, Outcome: record.OutcomeOK}
+		h.FillIDs()
+		recs = append(recs, h)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range recs {
+			groupIdx(&recs[i])
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 // sampleRecord returns a complete hybrid TLS 1.3 record.
@@ -24,6 +25,7 @@ func sampleRecord() *record.Handshake {
 		Version:             "TLS1.3",
 		Cipher:              "TLS_AES_128_GCM_SHA256",
 		Group:               "X25519MLKEM768",
+		GroupID:             uint16(tlsparse.GroupX25519MLKEM768),
 		PQ:                  true,
 		ClientHelloBytes:    1751,
 		ServerHelloBytes:    1210,

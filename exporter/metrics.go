@@ -48,14 +48,7 @@ var (
 	// groupValues is knownGroups followed by "none", "other" and the
 	// group_missing reasons.
 	groupValues = append(append(knownGroups[:len(knownGroups):len(knownGroups)], labelNone, labelOther), missingValues...)
-	groupIndex  = func() map[string]int {
-		m := make(map[string]int, len(knownGroups))
-		for i, g := range knownGroups {
-			m[g] = i
-		}
-		return m
-	}()
-	boolValues = []string{"false", "true"}
+	boolValues  = []string{"false", "true"}
 )
 
 var (
@@ -306,11 +299,11 @@ func resolveCounters(vec *prometheus.CounterVec, values []string) map[string]pro
 // initSeries creates the common handshake series at zero so that rates and
 // ratios exist before the first handshake of a kind.
 func (m *Metrics) initSeries() {
-	common := []string{"x25519", "secp256r1", "X25519MLKEM768", "SecP256r1MLKEM768"}
+	common := []tlsparse.Group{tlsparse.GroupX25519, tlsparse.GroupSecp256r1, tlsparse.GroupX25519MLKEM768, tlsparse.GroupSecP256r1MLKEM768}
 	for ti := range 2 { // tcp, quic
 		for _, g := range common {
-			gi := groupIndex[g]
-			pq := b2i(tlsparse.CommonGroups[gi].IsPQ())
+			gi := knownGroupIdx(uint16(g))
+			pq := b2i(g.IsPQ())
 			for vi := range 2 { // TLS1.3, TLS1.2
 				if vi == 1 && pq == 1 {
 					continue // hybrid groups are TLS 1.3 only
@@ -509,8 +502,18 @@ func groupIdx(h *record.Handshake) int {
 		}
 		return groupUnknown
 	}
-	if i, ok := groupIndex[h.Group]; ok {
-		return i
+	return knownGroupIdx(h.GroupID)
+}
+
+// knownGroupIdx is the index in knownGroups of the group with codepoint
+// g, groupOther when it is not one of them (or 0: a group without one).
+func knownGroupIdx(g uint16) int {
+	if g != 0 {
+		for i, c := range tlsparse.CommonGroups {
+			if uint16(c) == g {
+				return i
+			}
+		}
 	}
 	return groupOther
 }

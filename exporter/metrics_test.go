@@ -16,12 +16,13 @@ import (
 
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 func classicalRecord() *record.Handshake {
 	h := sampleRecord()
 	h.PQOffered, h.PQ = false, false
-	h.Group = "x25519"
+	h.SetGroup(tlsparse.GroupX25519)
 	h.OfferedGroups = []string{"x25519", "secp256r1"}
 	h.KeyShares = []record.KeyShare{{Group: "x25519", Bytes: 32}}
 	h.ClientHelloBytes, h.ServerHelloBytes = 517, 122
@@ -36,9 +37,11 @@ func TestMetricsWrite(t *testing.T) {
 
 	recs := []*record.Handshake{sampleRecord(), sampleRecord(), classicalRecord()}
 	hrr := sampleRecord()
-	hrr.HRR, hrr.HRRGroup = true, "X25519MLKEM768"
+	hrr.HRR = true
+	hrr.SetHRRGroup(tlsparse.GroupX25519MLKEM768)
 	weird := classicalRecord()
-	weird.Group, weird.Version, weird.Transport, weird.Outcome = "0x1234", "SSL3.0", "sctp", "exploded"
+	weird.SetGroup(0x1234)
+	weird.Version, weird.Transport, weird.Outcome = "SSL3.0", "sctp", "exploded"
 	failed := &record.Handshake{Transport: record.TransportQUIC, Outcome: record.OutcomeTimeout, ClientHelloBytes: 1250, PQOffered: true}
 	recs = append(recs, hrr, weird, failed)
 	for _, h := range recs {
@@ -124,7 +127,7 @@ func TestMetricsLabelsBounded(t *testing.T) {
 	before := testutil.CollectAndCount(reg, "pqwatch_handshakes_total")
 	h := classicalRecord()
 	for i := range 5000 {
-		h.Group = "0x" + strconv.FormatInt(int64(i), 16)
+		h.SetGroup(tlsparse.Group(0x7000 + i)) // unregistered codepoints
 		h.Version = "v" + strconv.Itoa(i)
 		h.Outcome = "o" + strconv.Itoa(i)
 		_ = m.Write(h)
@@ -228,7 +231,7 @@ func TestForecastSink(t *testing.T) {
 	kyber := sampleRecord() // Chrome 124-130, served by a server that still speaks the draft
 	kyber.OfferedGroups, kyber.OfferedIDs = []string{"X25519Kyber768Draft00", "x25519"}, []uint16{0x6399, 0x001d}
 	kyber.KeyShares, kyber.KeyShareIDs = []record.KeyShare{{Group: "X25519Kyber768Draft00", Bytes: 1216}, {Group: "x25519", Bytes: 32}}, []uint16{0x6399, 0x001d}
-	kyber.Group = "X25519Kyber768Draft00"
+	kyber.SetGroup(tlsparse.GroupX25519Kyber768Draft00)
 	classical := classicalRecord()
 	classical.OfferedIDs, classical.KeyShareIDs = []uint16{0x001d, 0x0017}, []uint16{0x001d}
 	for _, h := range []*record.Handshake{pq, kyber, kyber, classical} {
@@ -263,7 +266,7 @@ func TestHandshakesGroupMissing(t *testing.T) {
 	}
 	tls12 := func(missing string, resumed bool) *record.Handshake {
 		h := classicalRecord()
-		h.Version, h.Group, h.GroupMissing, h.Resumed = "TLS1.2", "", missing, resumed
+		h.Version, h.Group, h.GroupID, h.GroupMissing, h.Resumed = "TLS1.2", "", 0, missing, resumed
 		return h
 	}
 	resumed13 := sampleRecord()

@@ -30,7 +30,7 @@ func TestPolicyMetrics(t *testing.T) {
 		t.Fatalf("%d series at start, want %d", n, 3*len(report.ViolationKinds))
 	}
 	rec := func(server string, port uint16, group string) *record.Handshake {
-		return &record.Handshake{Server: server, ServerPort: port, Outcome: record.OutcomeOK, Version: "TLS1.3", Group: group,
+		return &record.Handshake{Server: server, ServerPort: port, Outcome: record.OutcomeOK, Version: "TLS1.3", Group: group, GroupID: record.GroupCode(group),
 			JA4: "t13d0101h1_000000000000_000000000000", ClientHelloBytes: 300,
 			OfferedIDs: []uint16{0x11ec, 0x001d}, KeyShareIDs: []uint16{0x11ec, 0x001d}}
 	}

@@ -88,8 +88,8 @@
 //
 // Only the ServerHello changes with the group: its key_share entry carries
 // the server's share (x25519 32 bytes, secp256r1 65, X25519MLKEM768 1120,
-// ... see [ServerShareSize]). ClientHellos are what they already are. The
-// predicted ServerHello size is the observed ServerHello size minus the
+// ... see [tlsparse.Group.ServerShareSize]). ClientHellos are what they
+// already are. The predicted ServerHello size is the observed ServerHello size minus the
 // observed group's share plus the predicted group's share, when the
 // observed handshake was TLS 1.3 with a known group. When the observed
 // handshake was TLS 1.2 (the ServerHello then carries no key share) or had
@@ -467,7 +467,7 @@ func Predict(p Policy, r *record.Handshake) Outcome {
 			o.Reason = ClassicalReason(&p, r)
 		}
 		o.Kind = LosesPQ
-		o.Lost, _ = groupID(r.Group)
+		o.Lost = r.GroupID
 	}
 	bytesModel(&o, r)
 	return o
@@ -640,17 +640,14 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 		}
 		return
 	}
-	newShare := ServerShareSize(o.Group)
+	g := tlsparse.Group(o.Group)
+	newShare := g.ServerShareSize()
 	if newShare == 0 {
 		return
 	}
-	obsGroup := uint16(0)
-	if r.Group != "" {
-		obsGroup, _ = groupID(r.Group)
-	}
 	var sh int
-	if r.Version == "TLS1.3" && r.ServerHelloBytes > 0 && ServerShareSize(obsGroup) > 0 {
-		sh = r.ServerHelloBytes - ServerShareSize(obsGroup) + newShare
+	if obsShare := tlsparse.Group(r.GroupID).ServerShareSize(); r.Version == "TLS1.3" && r.ServerHelloBytes > 0 && obsShare > 0 {
+		sh = r.ServerHelloBytes - obsShare + newShare
 	} else {
 		sh = sh13Fixed + compatSession + newShare
 	}
@@ -662,11 +659,12 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 	}
 	if o.HRR && !r.HRR {
 		hrrMsg := HelloRetryRequestSize(sh, o.Group)
-		ch2 := r.ClientHelloBytes + 4 + ClientShareSize(o.Group)
+		chShare := g.ClientShareSize()
+		ch2 := r.ClientHelloBytes + 4 + chShare
 		for _, ks := range r.KeyShares {
 			ch2 -= 4 + ks.Bytes
 		}
-		if r.ClientHelloBytes == 0 || ClientShareSize(o.Group) == 0 || ch2 < 0 {
+		if r.ClientHelloBytes == 0 || chShare == 0 || ch2 < 0 {
 			ch2 = 0
 		}
 		o.HRRBytes = hrrMsg + ch2
@@ -678,19 +676,5 @@ func bytesModel(o *Outcome, r *record.Handshake) {
 // message with the key_share entry (group, length, share) cut down to the
 // 2-byte selected group. 88 bytes for a 32-byte session id.
 func HelloRetryRequestSize(shBytes int, g uint16) int {
-	return shBytes - 2 - ServerShareSize(g)
+	return shBytes - 2 - tlsparse.Group(g).ServerShareSize()
 }
-
-// groupID resolves a record's group name without allocating.
-func groupID(name string) (uint16, bool) {
-	g, ok := tlsparse.ParseGroup(name)
-	return uint16(g), ok
-}
-
-// ServerShareSize is the key_exchange length a TLS 1.3 ServerHello carries
-// for group g; 0 when unknown ([tlsparse.Group.ServerShareSize]).
-func ServerShareSize(g uint16) int { return tlsparse.Group(g).ServerShareSize() }
-
-// ClientShareSize is the key_exchange length of a ClientHello key share for
-// group g; 0 when unknown ([tlsparse.Group.ClientShareSize]).
-func ClientShareSize(g uint16) int { return tlsparse.Group(g).ClientShareSize() }

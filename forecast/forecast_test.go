@@ -34,15 +34,15 @@ func hello(ver string, offered, shares []uint16) *record.Handshake {
 		r.PQOffered = r.PQOffered || tlsparse.Group(g).IsPQ()
 	}
 	for _, g := range shares {
-		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: tlsparse.Group(g).String(), Bytes: ClientShareSize(g)})
+		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: tlsparse.Group(g).String(), Bytes: tlsparse.Group(g).ClientShareSize()})
 	}
 	return r
 }
 
 // seen adds what a server negotiated.
 func seen(r *record.Handshake, version string, g uint16, hrr bool, shBytes int) *record.Handshake {
-	r.Version, r.Group, r.HRR, r.ServerHelloBytes = version, tlsparse.Group(g).String(), hrr, shBytes
-	r.PQ = tlsparse.Group(g).IsPQ()
+	r.Version, r.HRR, r.ServerHelloBytes = version, hrr, shBytes
+	r.SetGroup(tlsparse.Group(g))
 	return r
 }
 
@@ -289,6 +289,28 @@ func BenchmarkPredict(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Predict(DefaultPolicy, r)
+	}
+}
+
+// BenchmarkPredictObserved: records of every observed kind (classical,
+// TLS 1.2, PQ lost with and without an HRR) under the three rules: the
+// paths that read the record's own group (the loss, the byte model).
+func BenchmarkPredictObserved(b *testing.B) {
+	recs := []*record.Handshake{
+		seen(hello("13", goDefault, []uint16{mlkem, x25519}), "TLS1.3", mlkem, false, 1210),
+		seen(hello("13", []uint16{x25519, mlkem}, []uint16{x25519}), "TLS1.3", x25519, false, 122),
+		seen(hello("12", []uint16{x25519}, nil), "TLS1.2", x25519, false, 80),
+		seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber, x25519}), "TLS1.3", kyber, false, 1210),
+		seen(hello("13", []uint16{kyber, x25519}, []uint16{kyber}), "TLS1.3", kyber, false, 1210),
+	}
+	policies := []Policy{GoPolicy, DefaultPolicy, openssl30}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, p := range policies {
+			for _, r := range recs {
+				Predict(p, r)
+			}
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 // KeyShare is one ClientHello key_share entry.
@@ -183,6 +185,13 @@ type Handshake struct {
 	FlowStart   time.Time `json:"-"`
 	OfferedIDs  []uint16  `json:"-"` // supported_groups codepoints, GREASE removed
 	KeyShareIDs []uint16  `json:"-"` // key_share codepoints, GREASE removed
+	// GroupID and HRRGroupID are the codepoints (tlsparse.Group) of Group
+	// and HRRGroup, so that what reads a record never resolves a name:
+	// whoever sets a name sets its codepoint (SetGroup, SetHRRGroup), a
+	// reader of records from JSON calls FillIDs. 0 when the name is empty
+	// or has no codepoint (a TLS 1.2 server's own DHE prime, "dhe2048").
+	GroupID    uint16 `json:"-"`
+	HRRGroupID uint16 `json:"-"`
 	// View is what tells this sighting of the handshake apart from a
 	// sighting of another one, and where on the path it was seen (see
 	// View): the merge of a handshake's views reads it.
@@ -229,6 +238,56 @@ func (h *Handshake) ServerPod() *Pod {
 		return h.Generation.Pod
 	}
 	return nil
+}
+
+// SetGroup sets the negotiated group g: its registry name, its codepoint
+// and whether it is post-quantum.
+func (h *Handshake) SetGroup(g tlsparse.Group) {
+	h.Group, h.GroupID, h.PQ = g.String(), uint16(g), g.IsPQ()
+}
+
+// SetHRRGroup sets the group a HelloRetryRequest asked for.
+func (h *Handshake) SetHRRGroup(g tlsparse.Group) {
+	h.HRRGroup, h.HRRGroupID = g.String(), uint16(g)
+}
+
+// FillIDs sets the codepoints of a record read from JSON from its group
+// names, as the sniffer sets them: OfferedIDs and KeyShareIDs when empty
+// (names the registry does not know are left out), GroupID and HRRGroupID
+// when 0.
+func (h *Handshake) FillIDs() {
+	if len(h.OfferedIDs) == 0 && len(h.OfferedGroups) > 0 {
+		h.OfferedIDs = make([]uint16, 0, len(h.OfferedGroups))
+		for _, n := range h.OfferedGroups {
+			if g, ok := tlsparse.ParseGroup(n); ok {
+				h.OfferedIDs = append(h.OfferedIDs, uint16(g))
+			}
+		}
+	}
+	if len(h.KeyShareIDs) == 0 && len(h.KeyShares) > 0 {
+		h.KeyShareIDs = make([]uint16, 0, len(h.KeyShares))
+		for _, ks := range h.KeyShares {
+			if g, ok := tlsparse.ParseGroup(ks.Group); ok {
+				h.KeyShareIDs = append(h.KeyShareIDs, uint16(g))
+			}
+		}
+	}
+	if h.GroupID == 0 && h.Group != "" {
+		h.GroupID = GroupCode(h.Group)
+	}
+	if h.HRRGroupID == 0 && h.HRRGroup != "" {
+		h.HRRGroupID = GroupCode(h.HRRGroup)
+	}
+}
+
+// GroupCode is the codepoint of a group name as records spell it (the
+// registry's names, "0x" and hex digits for the rest); 0 for a name
+// without one.
+func GroupCode(name string) uint16 {
+	if g, ok := tlsparse.ParseGroup(name); ok {
+		return uint16(g)
+	}
+	return 0
 }
 
 // HasID says whether the record has an ID (ID or IDSeq set).

@@ -3,7 +3,10 @@ package record
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"testing"
+
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 // TestGroupLabel: the group metrics label a record with, as docs/contract.md
@@ -57,6 +60,42 @@ func TestClientText(t *testing.T) {
 		}
 		if wantLazy := ap.Addr().Is4() || (ap.Addr().Is6() && !ap.Addr().Is4In6() && ap.Addr().Zone() == ""); lazy != (wantLazy && ap.Port() != 0) {
 			t.Errorf("%s: left to the fields %v", s, lazy)
+		}
+	}
+}
+
+// TestFillIDs: a record read from JSON gets the codepoints the sniffer
+// sets with the names, so that readers of either kind of record read the
+// same fields.
+func TestFillIDs(t *testing.T) {
+	const mlkem, x25519 = uint16(tlsparse.GroupX25519MLKEM768), uint16(tlsparse.GroupX25519)
+	r := &Handshake{
+		OfferedGroups: []string{"X25519MLKEM768", "x25519", "0x1234", "no-such-group"},
+		KeyShares:     []KeyShare{{Group: "X25519MLKEM768", Bytes: 1216}},
+		Group:         "X25519MLKEM768", HRRGroup: "x25519",
+	}
+	r.FillIDs()
+	if !slices.Equal(r.OfferedIDs, []uint16{mlkem, x25519, 0x1234}) || !slices.Equal(r.KeyShareIDs, []uint16{mlkem}) {
+		t.Errorf("offered %x, shares %x", r.OfferedIDs, r.KeyShareIDs)
+	}
+	if r.GroupID != mlkem || r.HRRGroupID != x25519 {
+		t.Errorf("group %x, hrr group %x", r.GroupID, r.HRRGroupID)
+	}
+	// Names without a codepoint: 0.
+	d := &Handshake{Group: "dhe2048"}
+	d.FillIDs()
+	if d.GroupID != 0 {
+		t.Errorf("dhe2048: group %x, want 0", d.GroupID)
+	}
+	// SetGroup sets what FillIDs reads back.
+	for _, g := range tlsparse.CommonGroups {
+		var s Handshake
+		s.SetGroup(g)
+		s.SetHRRGroup(g)
+		f := Handshake{Group: s.Group, HRRGroup: s.HRRGroup}
+		f.FillIDs()
+		if f.GroupID != s.GroupID || f.HRRGroupID != s.HRRGroupID || s.PQ != g.IsPQ() {
+			t.Errorf("%s: set %x/%x, filled %x/%x", g, s.GroupID, s.HRRGroupID, f.GroupID, f.HRRGroupID)
 		}
 	}
 }

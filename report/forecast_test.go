@@ -36,15 +36,15 @@ func hello(ver string, offered, shares []uint16) *record.Handshake {
 		r.PQOffered = r.PQOffered || tlsparse.Group(g).IsPQ()
 	}
 	for _, g := range shares {
-		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: tlsparse.Group(g).String(), Bytes: forecast.ClientShareSize(g)})
+		r.KeyShares = append(r.KeyShares, record.KeyShare{Group: tlsparse.Group(g).String(), Bytes: tlsparse.Group(g).ClientShareSize()})
 	}
 	return r
 }
 
 // seen adds what a server negotiated.
 func seen(r *record.Handshake, version string, g uint16, hrr bool, shBytes int) *record.Handshake {
-	r.Version, r.Group, r.HRR, r.ServerHelloBytes = version, tlsparse.Group(g).String(), hrr, shBytes
-	r.PQ = tlsparse.Group(g).IsPQ()
+	r.Version, r.HRR, r.ServerHelloBytes = version, hrr, shBytes
+	r.SetGroup(tlsparse.Group(g))
 	return r
 }
 

@@ -275,29 +275,7 @@ func (pl *Plan) table(server string) *CostTable {
 	return all
 }
 
-// FillIDs sets r's OfferedIDs and KeyShareIDs from its group names, as the
-// sniffer sets them, for records read from JSON; names the registry does
-// not know are left out.
-func FillIDs(r *record.Handshake) {
-	if len(r.OfferedIDs) == 0 && len(r.OfferedGroups) > 0 {
-		r.OfferedIDs = make([]uint16, 0, len(r.OfferedGroups))
-		for _, n := range r.OfferedGroups {
-			if g, ok := tlsparse.ParseGroup(n); ok {
-				r.OfferedIDs = append(r.OfferedIDs, uint16(g))
-			}
-		}
-	}
-	if len(r.KeyShareIDs) == 0 && len(r.KeyShares) > 0 {
-		r.KeyShareIDs = make([]uint16, 0, len(r.KeyShares))
-		for _, ks := range r.KeyShares {
-			if g, ok := tlsparse.ParseGroup(ks.Group); ok {
-				r.KeyShareIDs = append(r.KeyShareIDs, uint16(g))
-			}
-		}
-	}
-}
-
-// Add counts one record (its OfferedIDs and KeyShareIDs filled: FillIDs):
+// Add counts one record (its codepoints filled: record.Handshake.FillIDs):
 // dropped when its id was seen before, else counted fleet-wide and in its
 // node, server and SNI rows.
 func (pl *Plan) Add(r *record.Handshake) {
@@ -459,8 +437,8 @@ func planRecordCost(t *CostTable, r *record.Handshake, o forecast.Outcome) recor
 	case r.Outcome != record.OutcomeOK:
 		return recordCost{why: UncostedNotComplete}
 	}
-	today, ok := tlsparse.ParseGroup(r.Group)
-	if !ok {
+	today := tlsparse.Group(r.GroupID)
+	if today == 0 {
 		return recordCost{why: UncostedNoGroup}
 	}
 	if o.Group == 0 {

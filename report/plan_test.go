@@ -34,6 +34,7 @@ func costTable(t *testing.T) *CostTable {
 // done completes r today with group g.
 func done(r *record.Handshake, g string) *record.Handshake {
 	r.Group, r.PQ, r.Version = g, g == "X25519MLKEM768", "TLS1.3"
+	r.FillIDs()
 	return r
 }
 
@@ -160,15 +161,6 @@ func TestPlanRowsBounded(t *testing.T) {
 	}
 	if len(m) != MaxPlanRows+1 || pl.RowsOverflow != 5 || m[PlanOther] == nil {
 		t.Errorf("rows %d, overflow %d", len(m), pl.RowsOverflow)
-	}
-}
-
-// FillIDs gives records read from JSON the codepoints the forecast reads.
-func TestFillIDs(t *testing.T) {
-	r := &record.Handshake{OfferedGroups: []string{"X25519MLKEM768", "x25519", "0x1234"}, KeyShares: []record.KeyShare{{Group: "X25519MLKEM768", Bytes: 1216}}}
-	FillIDs(r)
-	if !slices.Equal(r.OfferedIDs, []uint16{mlkem, x25519, 0x1234}) || !slices.Equal(r.KeyShareIDs, []uint16{mlkem}) {
-		t.Errorf("offered %x, shares %x", r.OfferedIDs, r.KeyShareIDs)
 	}
 }
 

@@ -43,7 +43,7 @@ func TestPlanAddClassEqualsAdd(t *testing.T) {
 			h.Server = "1" + h.Server
 		}
 		h.ID, h.IDPrefix, h.IDSeq = h.RecordID(), "", 0
-		FillIDs(&h)
+		h.FillIDs()
 		lines, recs = append(lines, b), append(recs, h)
 		if i%101 == 0 {
 			j := len(lines) - 1 - i%7 // a second delivery

@@ -15,7 +15,7 @@ import (
 // the rest of the line is checked and skipped, nothing allocated for it.
 // Strings the plan keeps (node, server, SNI, JA4, group names...) are
 // interned in bounded tables, and offered_groups and key_shares arrays
-// decoded once per distinct text (their group ids with them, as FillIDs
+// decoded once per distinct text (their group ids with them, as record.FillIDs
 // sets them), so a line in the steady state allocates nothing.
 //
 // It is exact or it declines: Decode returns false for any line it does
@@ -37,6 +37,7 @@ type PlanDecoder struct {
 	shares map[string]planShares
 	log    record.Log
 	last   [pfSkipString]planStr // each field's last string
+	lastID [pfSkipString]uint16  // group and hrr_group: the last string's codepoint
 
 	// recent holds, per array or object field, the last texts read and
 	// what was made of them: a value that starts with one of them is that
@@ -486,6 +487,9 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 				return false
 			}
 			d.last[f] = ps
+			if f == pfGroup || f == pfHRRGroup {
+				d.lastID[f] = record.GroupCode(ps.s)
+			}
 		}
 		v := ps.s
 		d.classWord(planClassWord[f], ps.id)
@@ -497,9 +501,9 @@ func (d *PlanDecoder) field(s *planScan, f planField, r *record.Handshake) bool 
 		case pfVersion:
 			r.Version = v
 		case pfGroup:
-			r.Group = v
+			r.Group, r.GroupID = v, d.lastID[f]
 		case pfHRRGroup:
-			r.HRRGroup = v
+			r.HRRGroup, r.HRRGroupID = v, d.lastID[f]
 		case pfGroupMissing:
 			r.GroupMissing = v
 		case pfOutcome:
@@ -619,7 +623,7 @@ func (d *PlanDecoder) object(s *planScan, fields map[string]byte, ua *string) bo
 	}
 }
 
-// offered reads offered_groups: its names and, as FillIDs, their ids;
+// offered reads offered_groups: its names and, as record.FillIDs, their ids;
 // once per distinct array text.
 func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 	if v := d.recentValue(s, pfOffered); v != nil {
@@ -668,7 +672,7 @@ func (d *PlanDecoder) offered(s *planScan, r *record.Handshake) bool {
 	return true
 }
 
-// keyShares reads key_shares: the entries and, as FillIDs, their ids;
+// keyShares reads key_shares: the entries and, as record.FillIDs, their ids;
 // once per distinct array text.
 func (d *PlanDecoder) keyShares(s *planScan, r *record.Handshake) bool {
 	if v := d.recentValue(s, pfShares); v != nil {

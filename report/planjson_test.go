@@ -56,7 +56,7 @@ func viewOf(r *record.Handshake) planView {
 func referenceDecode(line []byte) (record.Handshake, error) {
 	var h record.Handshake
 	err := json.Unmarshal(line, &h)
-	FillIDs(&h)
+	h.FillIDs()
 	return h, err
 }
 

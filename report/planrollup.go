@@ -117,7 +117,7 @@ func (c *OfferClass) record(server string) record.Handshake {
 	if c.ClientMaxVersion != "" {
 		r.JA4 = "t" + c.ClientMaxVersion // the forecast reads JA4's version digits only
 	}
-	FillIDs(&r)
+	r.FillIDs()
 	for _, name := range c.KeyShareGroups {
 		if g, ok := tlsparse.ParseGroup(name); ok {
 			r.KeyShareIDs = append(r.KeyShareIDs, uint16(g))

@@ -74,7 +74,7 @@ func variedRecords(n int, seed uint64) []*record.Handshake {
 		if !k.noSH {
 			h.ServerHelloBytes = 80 + rng.IntN(1300)
 		}
-		FillIDs(h)
+		h.FillIDs()
 		out = append(out, h)
 	}
 	return out

@@ -195,18 +195,9 @@ func CheckPolicy(es Expectations, r *record.Handshake) PolicyResult {
 	}
 	// What the server chose: its final ServerHello's group, else the
 	// group of its HelloRetryRequest.
-	obs, obsHRR, obsName := uint16(0), r.HRR, r.Group
-	switch {
-	case r.Group != "":
-		g, known := tlsparse.ParseGroup(r.Group)
-		if known {
-			obs = uint16(g)
-		}
-	case r.HRRGroup != "":
-		obsName = r.HRRGroup
-		if g, known := tlsparse.ParseGroup(r.HRRGroup); known {
-			obs = uint16(g)
-		}
+	obs, obsHRR, obsName := r.GroupID, r.HRR, r.Group
+	if r.Group == "" && r.HRRGroup != "" {
+		obs, obsName = r.HRRGroupID, r.HRRGroup
 	}
 	predTLS12 := o.Reason == forecast.ReasonTLS12
 	if r.Version == "TLS1.2" && tlsparse.FiniteField(r.Group) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/record"
+	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
 func TestParseExpectation(t *testing.T) {
@@ -72,7 +73,7 @@ func served(r *record.Handshake, version string, g uint16, hrr bool) *record.Han
 	r = seen(r, version, g, hrr, 122)
 	r.Server, r.Client = "127.0.0.1:8443", "127.0.0.1:50000"
 	if hrr {
-		r.HRRGroup = r.Group
+		r.SetHRRGroup(tlsparse.Group(g))
 	}
 	return r
 }
@@ -90,7 +91,7 @@ func TestCheckPolicy(t *testing.T) {
 	tuplesX448 := func() *record.Handshake { return hello("13", []uint16{x448, x25519}, []uint16{x448}) }
 
 	hrrOnly := served(p256only(), "", mlkem, true)
-	hrrOnly.Group, hrrOnly.Version = "", ""
+	hrrOnly.Group, hrrOnly.GroupID, hrrOnly.Version = "", 0, ""
 	hrrOnly.Outcome = record.OutcomeReset
 	failed := x448only()
 	failed.Server, failed.Outcome, failed.Alert = "127.0.0.1:8443", record.OutcomeAlert, "handshake_failure"
@@ -158,12 +159,12 @@ func TestCheckPolicy(t *testing.T) {
 	noGroups := hello("12", nil, nil)
 	for _, g := range []string{"ffdhe2048", "dhe2048", "dhe1024"} {
 		r := served(noGroups, "TLS1.2", 0, false)
-		r.Group = g
+		r.Group, r.GroupID = g, record.GroupCode(g)
 		if res := CheckPolicy(Expectations{e}, r); !res.Checked || res.Kind != "" {
 			t.Errorf("TLS 1.2 %s, client without groups: %+v", g, res)
 		}
 		r = served(tls12(), "TLS1.2", 0, false)
-		r.Group = g
+		r.Group, r.GroupID = g, record.GroupCode(g)
 		if res := CheckPolicy(Expectations{e}, r); res.Checked || res.Kind != "" || res.Unchecked != UncheckedDHE {
 			t.Errorf("TLS 1.2 %s, client offering ECDHE groups: %+v", g, res)
 		}

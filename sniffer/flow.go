@@ -489,7 +489,7 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 			if s.sh.HRR {
 				r.HRR = true
 				if s.sh.Group != 0 {
-					r.HRRGroup = s.sh.Group.String()
+					r.SetHRRGroup(s.sh.Group)
 				}
 				continue
 			}
@@ -501,8 +501,7 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 			if s.sh.Version == 0x0304 {
 				r.Resumed = s.sh.PSK
 				if s.sh.Group != 0 {
-					r.Group = s.sh.Group.String()
-					r.PQ = s.sh.Group.IsPQ()
+					r.SetGroup(s.sh.Group)
 				}
 				s.finish(f, record.OutcomeOK)
 				return
@@ -523,12 +522,13 @@ func (s *Sniffer) serverMessages(f *flow, st *stream) {
 				if err != nil {
 					s.errs[errServerKeyExchange]++
 				} else if ok {
-					r.Group = g.String()
-					r.PQ = g.IsPQ()
+					r.SetGroup(g)
 				} else if tlsparse.IsDHECipherSuite(f.shSuite) {
 					// A finite-field group: ffdhe* by its prime, or dhe
-					// and the prime's size.
-					if _, name, ok := tlsparse.ParseServerKeyExchangeDHE(msg); ok {
+					// and the prime's size (no codepoint).
+					if g, name, ok := tlsparse.ParseServerKeyExchangeDHE(msg); ok && g != 0 {
+						r.SetGroup(g)
+					} else if ok {
 						r.Group = name
 					}
 				}

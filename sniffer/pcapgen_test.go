@@ -14,7 +14,8 @@ import (
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
-// analyzeFile runs a capture through a Sniffer and returns the records.
+// analyzeFile runs a capture through a Sniffer and returns the records,
+// each checked to carry its groups' codepoints (checkGroupIDs).
 func analyzeFile(t testing.TB, path string) ([]*record.Handshake, sniffer.Stats) {
 	t.Helper()
 	var recs []*record.Handshake
@@ -23,7 +24,24 @@ func analyzeFile(t testing.TB, path string) ([]*record.Handshake, sniffer.Stats)
 		t.Fatal(err)
 	}
 	s.Flush()
+	for _, r := range recs {
+		checkGroupIDs(t, r)
+	}
 	return recs, s.Stats()
+}
+
+// checkGroupIDs: a record's GroupID and HRRGroupID are the codepoints of
+// its group names, as a reader of the record from JSON resolves them, so
+// that the forecast, the report and the metrics read the same group
+// whichever way the record came.
+func checkGroupIDs(t testing.TB, r *record.Handshake) {
+	t.Helper()
+	if g := record.GroupCode(r.Group); r.GroupID != g {
+		t.Errorf("%s: group %q, GroupID %#04x, want %#04x", r.ClientText(), r.Group, r.GroupID, g)
+	}
+	if g := record.GroupCode(r.HRRGroup); r.HRRGroupID != g {
+		t.Errorf("%s: hrr_group %q, HRRGroupID %#04x, want %#04x", r.ClientText(), r.HRRGroup, r.HRRGroupID, g)
+	}
 }
 
 // TestGeneratedGroundTruth: real crypto/tls handshakes of several client
@@ -63,8 +81,8 @@ func TestGeneratedGroundTruth(t *testing.T) {
 				if r.Outcome != record.OutcomeOK {
 					t.Errorf("%s: outcome %s", want.Client, r.Outcome)
 				}
-				if g := tlsparse.Group(want.Group).String(); r.Group != g {
-					t.Errorf("mss %d %s: group %q, client saw %q", mss, want.Client, r.Group, g)
+				if g := tlsparse.Group(want.Group); r.Group != g.String() || r.GroupID != uint16(g) {
+					t.Errorf("mss %d %s: group %q (%#04x), client saw %q", mss, want.Client, r.Group, r.GroupID, g)
 				}
 				if r.HRR != want.HRR {
 					t.Errorf("%s: hrr %v, client saw %v", want.Client, r.HRR, want.HRR)

@@ -39,7 +39,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 	if len(c.HelloRetryRequest) >= 4 {
 		r.HRR = true
 		if err := s.sh.Parse(c.HelloRetryRequest); err == nil && s.sh.Group != 0 {
-			r.HRRGroup = s.sh.Group.String()
+			r.SetHRRGroup(s.sh.Group)
 		}
 	}
 	switch {
@@ -60,8 +60,7 @@ func (s *Sniffer) quicConn(c *quic.Conn) {
 		r.Cipher = tlsparse.CipherSuiteName(s.sh.CipherSuite)
 		r.Resumed = s.sh.PSK
 		if s.sh.Group != 0 {
-			r.Group = s.sh.Group.String()
-			r.PQ = s.sh.Group.IsPQ()
+			r.SetGroup(s.sh.Group)
 		} else {
 			r.GroupMissing = groupMissing13(s.sh.Version, s.sh.PSK)
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/pqwatch/pqwatch/forecast"
 	"github.com/pqwatch/pqwatch/internal/testenv"
 	"github.com/pqwatch/pqwatch/record"
-	"github.com/pqwatch/pqwatch/report"
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
@@ -124,7 +123,7 @@ func TestPlanRecapture(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &h); err != nil {
 			t.Fatal(err)
 		}
-		report.FillIDs(&h)
+		h.FillIDs()
 		switch h.Server {
 		case nginx:
 			nrec = append(nrec, &h)

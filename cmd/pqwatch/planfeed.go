@@ -142,7 +142,7 @@ func (k *planKinds) add(plan *report.Plan, line []byte) {
 	if exporter.IsECS(line) { // -format ecs-jsonl, -kafka-format ecs
 		if h, err := exporter.ParseECS(line); err == nil {
 			k.records++
-			report.FillIDs(h)
+			h.FillIDs()
 			plan.Add(h)
 		} else {
 			plan.Malformed++
@@ -174,7 +174,7 @@ func (k *planKinds) add(plan *report.Plan, line []byte) {
 	var h record.Handshake
 	if err := json.Unmarshal(line, &h); err == nil && h.Outcome != "" {
 		k.records++
-		report.FillIDs(&h)
+		h.FillIDs()
 		plan.Add(&h)
 		return
 	}
