@@ -59,6 +59,9 @@ func parseSeconds(v string) (time.Duration, error) {
 // -fail-on-errors), 2 usage error.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	if c, ok := stderr.(interface{ CatchFlagSet(*flag.FlagSet, string) }); ok {
+		c.CatchFlagSet(fs, synopsis) // pqwatch help flags
+	}
 	fs.SetOutput(stderr)
 	var (
 		c                          Config
@@ -233,6 +236,9 @@ func splitList(s string) []string {
 	}
 	return out
 }
+
+// synopsis is the command line and purpose of pqwatch loadgen.
+const synopsis = "usage: pqwatch loadgen [flags]\n\nA/B handshake load generator: new TLS connections at set rates for each arm (a set of key exchange groups), with the client's and the server's CPU per handshake."
 
 const mainHelp = `
 Every request is a new TCP connection, a full TLS 1.3 handshake (no

@@ -23,7 +23,8 @@ usage:
   pqwatch inventory [flags] FILE... TLS endpoint inventory (text, or CycloneDX 1.7) from records or captures
   pqwatch version
 
-Run 'pqwatch COMMAND -h' for a command's flags.
+Run 'pqwatch COMMAND -h' for a command's flags, 'pqwatch help flags' for every
+command's flags as markdown (docs/flags.md).
 `
 
 // Exit codes of SPEC.md.
@@ -123,6 +124,13 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "pqwatch", version())
 		return exitOK
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[1] == "flags" {
+			if err := writeFlagsDoc(stdout); err != nil {
+				fmt.Fprintln(stderr, "pqwatch help flags:", err)
+				return exitFailure
+			}
+			return exitOK
+		}
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	}

@@ -31,7 +31,7 @@ func (pk *planKafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&pk.kf.brokers, "kafka-brokers", "", "Kafka `host:port,...` to read records (or rollups) from, instead of or besides FILEs; read by partition without a consumer group, so no other consumer is disturbed")
 	fs.StringVar(&pk.kf.topic, "kafka-topic", exporter.DefaultKafkaTopic, "Kafka `topic` to read: run's -kafka-topic (records) or -kafka-rollup-topic (rollups)")
 	fs.DurationVar(&pk.since, "since", 24*time.Hour, "with -kafka-brokers, read the messages of this `window` before now (from the offset at its start to the end offsets when the read starts); 0: the whole topic")
-	fs.DurationVar(&pk.idle, "kafka-idle-timeout", 10*time.Second, "with -kafka-brokers, give up on a partition that yields no message for this `long` before its end offset (the plan is then incomplete: exit 1)")
+	fs.DurationVar(&pk.idle, "kafka-idle-timeout", 10*time.Second, "with -kafka-brokers, give up on a partition that yields no message for this `duration` before its end offset (the plan is then incomplete: exit 1)")
 	pk.kf.registerAuth(fs)
 }
 

@@ -77,15 +77,25 @@ func (p *progress) done() {
 }
 
 // newFlagSet returns a command's flag set writing errors and usage (the
-// synopsis, a blank line, the flags) to stderr.
+// synopsis, a blank line, the flags) to stderr. A stderr that keeps flag
+// sets (`pqwatch help flags`) is handed it.
 func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	if c, ok := stderr.(flagSetCatcher); ok {
+		c.CatchFlagSet(fs, synopsis)
+	}
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s\n\n", synopsis)
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// flagSetCatcher is a stderr that keeps the flag set of the command that
+// writes to it (flagCatcher).
+type flagSetCatcher interface {
+	CatchFlagSet(fs *flag.FlagSet, synopsis string)
 }
 
 // byteSize is a flag value of bytes: a number with an optional unit, B,
