@@ -10,6 +10,7 @@ package pcapgen
 import (
 	"context"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
@@ -62,6 +63,12 @@ type Config struct {
 	Start time.Time
 	// Server address; clients get 10.0.0.2.. with ports from 40000.
 	Server netip.AddrPort
+	// Certificate is the server's; nil: a fresh ECDSA P-256 one
+	// (SelfSigned). ECDSA signatures vary in length by a byte or two, and
+	// with them the segments and times of a capture; with
+	// FixedCertificate every message has the same size in every run, so
+	// the records analyze writes are the same bytes (the golden tests).
+	Certificate *tls.Certificate
 }
 
 // Writer emits Ethernet/IPv4/TCP frames into a pcap.
@@ -147,8 +154,10 @@ func Generate(ctx context.Context, out io.Writer, cfg Config) ([]Result, error) 
 	if err != nil {
 		return nil, err
 	}
-	cert, err := SelfSigned("pqwatch.test")
-	if err != nil {
+	var cert tls.Certificate
+	if cfg.Certificate != nil {
+		cert = *cfg.Certificate
+	} else if cert, err = SelfSigned("pqwatch.test"); err != nil {
 		return nil, err
 	}
 	results := make([]Result, 0, len(cfg.Clients))
@@ -277,6 +286,25 @@ func SelfSigned(name string) (tls.Certificate, error) {
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// FixedCertificate returns the same Ed25519 certificate for name on every
+// call: a key from a fixed seed, fixed validity (2026 to 2036). Ed25519
+// signatures have one length and no randomness, so a capture made with it
+// (Config.Certificate) differs from run to run only in the bytes of its
+// keys, shares and randoms, never in a size or a time.
+func FixedCertificate(name string) (tls.Certificate, error) {
+	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name, "localhost"},
+		NotBefore: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), NotAfter: time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(nil, tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return tls.Certificate{}, err
 	}
