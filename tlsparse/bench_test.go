@@ -101,3 +101,21 @@ func BenchmarkGroupString(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGroupFacts: what the sniffer, the forecast and the metrics ask
+// the registry per group (PQ class, share sizes), for common low and high
+// codepoints and an unregistered one.
+func BenchmarkGroupFacts(b *testing.B) {
+	gs := []Group{GroupX25519MLKEM768, GroupX25519, GroupSecp256r1, 0x2a2a, GroupFFDHE2048, GroupSecP256r1MLKEM768}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		for _, g := range gs {
+			if g.IsPQ() {
+				n++
+			}
+			n += g.ServerShareSize() + g.ClientShareSize()
+		}
+	}
+	_ = n
+}

@@ -18,9 +18,29 @@ func TestGroupFacts(t *testing.T) {
 		{GroupX25519, 32, 32},
 		{GroupSecp256r1, 65, 65},
 		{GroupFFDHE2048, 256, 256},
+		{GroupFFDHE8192, 1024, 1024},
+		{GroupMLKEM512, 800, 768},
+		{GroupMLKEM1024, 1568, 1568},
+		{GroupCurveSM2MLKEM768, 1249, 1153},
+		{GroupX25519Kyber768Draft00, 1216, 1120},
+		{GroupSecP256r1Kyber768Draft00, 1249, 1153},
+		{GroupX448, 56, 56},
+		{GroupSecp384r1, 97, 97},
+		{GroupSecp521r1, 133, 133},
+		{GroupBrainpoolP512r1TLS13, 129, 129},
+		{GroupCurveSM2, 0, 0}, // no TLS 1.3 share size registered
+		{0x2a2a, 0, 0},        // GREASE
 	} {
 		if c, s := tc.g.ClientShareSize(), tc.g.ServerShareSize(); c != tc.client || s != tc.server {
 			t.Errorf("%v: client %d server %d, want %d %d", tc.g, c, s, tc.client, tc.server)
+		}
+	}
+	for g, want := range map[Group]string{
+		GroupX25519: "X25519", GroupX448: "X448", GroupSecp256r1: "P-256", GroupSecp384r1: "P-384", GroupSecp521r1: "P-521",
+		GroupX25519MLKEM768: "X25519MLKEM768", GroupFFDHE2048: "ffdhe2048", 0x1234: "0x1234",
+	} {
+		if got := g.OpenSSLName(); got != want {
+			t.Errorf("%v: OpenSSL name %q, want %q", g, got, want)
 		}
 	}
 	for _, g := range CommonGroups {

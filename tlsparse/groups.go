@@ -49,27 +49,9 @@ func IsGREASE(v uint16) bool {
 // IsPQ reports whether g is a post-quantum or hybrid key exchange: every
 // ML-KEM group and both pre-standard Kyber drafts of the IANA registry.
 func (g Group) IsPQ() bool {
-	switch g {
-	case GroupMLKEM512, GroupMLKEM768, GroupMLKEM1024,
-		GroupSecP256r1MLKEM768, GroupX25519MLKEM768, GroupSecP384r1MLKEM1024, GroupCurveSM2MLKEM768,
-		GroupX25519Kyber768Draft00, GroupSecP256r1Kyber768Draft00:
-		return true
-	}
-	return false
+	e := entry(g)
+	return e != nil && e.pq
 }
-
-// Share sizes of the KEMs and curves the hybrids are made of: ML-KEM's
-// encapsulation keys (client) and ciphertexts (server), FIPS 203; ECDH
-// public keys as TLS 1.3 carries them (RFC 8446 4.2.8.2: X25519/X448 raw,
-// NIST and brainpool curves uncompressed).
-const (
-	mlkem512EK, mlkem512CT   = 800, 768
-	mlkem768EK, mlkem768CT   = 1184, 1088
-	mlkem1024EK, mlkem1024CT = 1568, 1568
-	x25519Share, x448Share   = 32, 56
-	p256Share, p384Share     = 65, 97
-	p521Share, bp512Share    = 133, 129
-)
 
 // ServerShareSize is the key_exchange length of a TLS 1.3 ServerHello's key
 // share for g: an ECDH point, a finite-field public value (the modulus
@@ -77,41 +59,8 @@ const (
 // (draft-ietf-tls-ecdhe-mlkem, draft-tls-westerbaan-xyber768d00); 0 when
 // unknown.
 func (g Group) ServerShareSize() int {
-	switch g {
-	case GroupX25519:
-		return x25519Share
-	case GroupX448:
-		return x448Share
-	case GroupSecp256r1, GroupBrainpoolP256r1TLS13:
-		return p256Share
-	case GroupSecp384r1, GroupBrainpoolP384r1TLS13:
-		return p384Share
-	case GroupSecp521r1:
-		return p521Share
-	case GroupBrainpoolP512r1TLS13:
-		return bp512Share
-	case GroupFFDHE2048:
-		return 256
-	case GroupFFDHE3072:
-		return 384
-	case GroupFFDHE4096:
-		return 512
-	case GroupFFDHE6144:
-		return 768
-	case GroupFFDHE8192:
-		return 1024
-	case GroupMLKEM512:
-		return mlkem512CT
-	case GroupMLKEM768:
-		return mlkem768CT
-	case GroupMLKEM1024:
-		return mlkem1024CT
-	case GroupX25519MLKEM768, GroupX25519Kyber768Draft00:
-		return mlkem768CT + x25519Share
-	case GroupSecP256r1MLKEM768, GroupCurveSM2MLKEM768, GroupSecP256r1Kyber768Draft00:
-		return p256Share + mlkem768CT
-	case GroupSecP384r1MLKEM1024:
-		return p384Share + mlkem1024CT
+	if e := entry(g); e != nil {
+		return int(e.server)
 	}
 	return 0
 }
@@ -120,21 +69,10 @@ func (g Group) ServerShareSize() int {
 // g: as ServerShareSize, with an ML-KEM encapsulation key for the KEM part;
 // 0 when unknown.
 func (g Group) ClientShareSize() int {
-	switch g {
-	case GroupMLKEM512:
-		return mlkem512EK
-	case GroupMLKEM768:
-		return mlkem768EK
-	case GroupMLKEM1024:
-		return mlkem1024EK
-	case GroupX25519MLKEM768, GroupX25519Kyber768Draft00:
-		return mlkem768EK + x25519Share
-	case GroupSecP256r1MLKEM768, GroupCurveSM2MLKEM768, GroupSecP256r1Kyber768Draft00:
-		return p256Share + mlkem768EK
-	case GroupSecP384r1MLKEM1024:
-		return p384Share + mlkem1024EK
+	if e := entry(g); e != nil {
+		return int(e.client)
 	}
-	return g.ServerShareSize()
+	return 0
 }
 
 // OpenSSLName is g as OpenSSL's -groups and ssl_ecdh_curve spell it where
@@ -142,17 +80,8 @@ func (g Group) ClientShareSize() int {
 // otherwise, which OpenSSL 3.5 accepts for the rest (X25519MLKEM768,
 // ffdhe2048, ...).
 func (g Group) OpenSSLName() string {
-	switch g {
-	case GroupX25519:
-		return "X25519"
-	case GroupX448:
-		return "X448"
-	case GroupSecp256r1:
-		return "P-256"
-	case GroupSecp384r1:
-		return "P-384"
-	case GroupSecp521r1:
-		return "P-521"
+	if e := entry(g); e != nil && e.openssl != "" {
+		return e.openssl
 	}
 	return g.String()
 }
@@ -161,8 +90,8 @@ func (g Group) OpenSSLName() string {
 // and four lower-case hex digits when g is not registered (GREASE included).
 // Registered names and GREASE values are constants and cost no allocation.
 func (g Group) String() string {
-	if s := groupName(g); s != "" {
-		return s
+	if e := entry(g); e != nil {
+		return e.name
 	}
 	if IsGREASE(uint16(g)) {
 		return greaseNames[g>>12]
@@ -177,109 +106,117 @@ var greaseNames = [16]string{
 	"0x8a8a", "0x9a9a", "0xaaaa", "0xbaba", "0xcaca", "0xdada", "0xeaea", "0xfafa",
 }
 
+// Share sizes of the KEMs and curves the hybrids are made of: ML-KEM's
+// encapsulation keys (client) and ciphertexts (server), FIPS 203; ECDH
+// public keys as TLS 1.3 carries them (RFC 8446 4.2.8.2: X25519/X448 raw,
+// NIST, brainpool and SM2 curves uncompressed); finite-field public values
+// as long as the modulus (RFC 7919).
+const (
+	mlkem512EK, mlkem512CT   = 800, 768
+	mlkem768EK, mlkem768CT   = 1184, 1088
+	mlkem1024EK, mlkem1024CT = 1568, 1568
+	x25519Share, x448Share   = 32, 56
+	p256Share, p384Share     = 65, 97
+	p521Share, bp512Share    = 133, 129
+)
+
 // registry is the IANA TLS Supported Groups registry, sorted by codepoint:
-// the one table of group names in pqwatch (String, ParseGroup and the
-// metrics' label set all read it).
+// the one table of what pqwatch knows of a group. String, ParseGroup,
+// IsPQ, the share sizes, OpenSSLName and the metrics' label set all read
+// it; a group is added by adding its row.
 var registry = [...]groupEntry{
-	{0x0001, "sect163k1"},
-	{0x0002, "sect163r1"},
-	{0x0003, "sect163r2"},
-	{0x0004, "sect193r1"},
-	{0x0005, "sect193r2"},
-	{0x0006, "sect233k1"},
-	{0x0007, "sect233r1"},
-	{0x0008, "sect239k1"},
-	{0x0009, "sect283k1"},
-	{0x000a, "sect283r1"},
-	{0x000b, "sect409k1"},
-	{0x000c, "sect409r1"},
-	{0x000d, "sect571k1"},
-	{0x000e, "sect571r1"},
-	{0x000f, "secp160k1"},
-	{0x0010, "secp160r1"},
-	{0x0011, "secp160r2"},
-	{0x0012, "secp192k1"},
-	{0x0013, "secp192r1"},
-	{0x0014, "secp224k1"},
-	{0x0015, "secp224r1"},
-	{0x0016, "secp256k1"},
-	{GroupSecp256r1, "secp256r1"},
-	{GroupSecp384r1, "secp384r1"},
-	{GroupSecp521r1, "secp521r1"},
-	{0x001a, "brainpoolP256r1"},
-	{0x001b, "brainpoolP384r1"},
-	{0x001c, "brainpoolP512r1"},
-	{GroupX25519, "x25519"},
-	{GroupX448, "x448"},
-	{0x001f, "brainpoolP256r1tls13"},
-	{0x0020, "brainpoolP384r1tls13"},
-	{0x0021, "brainpoolP512r1tls13"},
-	{0x0022, "GC256A"},
-	{0x0023, "GC256B"},
-	{0x0024, "GC256C"},
-	{0x0025, "GC256D"},
-	{0x0026, "GC512A"},
-	{0x0027, "GC512B"},
-	{0x0028, "GC512C"},
-	{GroupCurveSM2, "curveSM2"},
-	{GroupFFDHE2048, "ffdhe2048"},
-	{0x0101, "ffdhe3072"},
-	{0x0102, "ffdhe4096"},
-	{0x0103, "ffdhe6144"},
-	{0x0104, "ffdhe8192"},
-	{GroupMLKEM512, "MLKEM512"},
-	{GroupMLKEM768, "MLKEM768"},
-	{GroupMLKEM1024, "MLKEM1024"},
-	{GroupSecP256r1MLKEM768, "SecP256r1MLKEM768"},
-	{GroupX25519MLKEM768, "X25519MLKEM768"},
-	{GroupSecP384r1MLKEM1024, "SecP384r1MLKEM1024"},
-	{GroupCurveSM2MLKEM768, "curveSM2MLKEM768"},
-	{GroupX25519Kyber768Draft00, "X25519Kyber768Draft00"},
-	{GroupSecP256r1Kyber768Draft00, "SecP256r1Kyber768Draft00"},
-	{0xff01, "arbitrary_explicit_prime_curves"},
-	{0xff02, "arbitrary_explicit_char2_curves"},
+	{g: 0x0001, name: "sect163k1"},
+	{g: 0x0002, name: "sect163r1"},
+	{g: 0x0003, name: "sect163r2"},
+	{g: 0x0004, name: "sect193r1"},
+	{g: 0x0005, name: "sect193r2"},
+	{g: 0x0006, name: "sect233k1"},
+	{g: 0x0007, name: "sect233r1"},
+	{g: 0x0008, name: "sect239k1"},
+	{g: 0x0009, name: "sect283k1"},
+	{g: 0x000a, name: "sect283r1"},
+	{g: 0x000b, name: "sect409k1"},
+	{g: 0x000c, name: "sect409r1"},
+	{g: 0x000d, name: "sect571k1"},
+	{g: 0x000e, name: "sect571r1"},
+	{g: 0x000f, name: "secp160k1"},
+	{g: 0x0010, name: "secp160r1"},
+	{g: 0x0011, name: "secp160r2"},
+	{g: 0x0012, name: "secp192k1"},
+	{g: 0x0013, name: "secp192r1"},
+	{g: 0x0014, name: "secp224k1"},
+	{g: 0x0015, name: "secp224r1"},
+	{g: 0x0016, name: "secp256k1"},
+	{g: GroupSecp256r1, name: "secp256r1", openssl: "P-256", client: p256Share, server: p256Share},
+	{g: GroupSecp384r1, name: "secp384r1", openssl: "P-384", client: p384Share, server: p384Share},
+	{g: GroupSecp521r1, name: "secp521r1", openssl: "P-521", client: p521Share, server: p521Share},
+	{g: 0x001a, name: "brainpoolP256r1"},
+	{g: 0x001b, name: "brainpoolP384r1"},
+	{g: 0x001c, name: "brainpoolP512r1"},
+	{g: GroupX25519, name: "x25519", openssl: "X25519", client: x25519Share, server: x25519Share},
+	{g: GroupX448, name: "x448", openssl: "X448", client: x448Share, server: x448Share},
+	{g: GroupBrainpoolP256r1TLS13, name: "brainpoolP256r1tls13", client: p256Share, server: p256Share},
+	{g: GroupBrainpoolP384r1TLS13, name: "brainpoolP384r1tls13", client: p384Share, server: p384Share},
+	{g: GroupBrainpoolP512r1TLS13, name: "brainpoolP512r1tls13", client: bp512Share, server: bp512Share},
+	{g: 0x0022, name: "GC256A"},
+	{g: 0x0023, name: "GC256B"},
+	{g: 0x0024, name: "GC256C"},
+	{g: 0x0025, name: "GC256D"},
+	{g: 0x0026, name: "GC512A"},
+	{g: 0x0027, name: "GC512B"},
+	{g: 0x0028, name: "GC512C"},
+	{g: GroupCurveSM2, name: "curveSM2"},
+	{g: GroupFFDHE2048, name: "ffdhe2048", client: 256, server: 256},
+	{g: GroupFFDHE3072, name: "ffdhe3072", client: 384, server: 384},
+	{g: GroupFFDHE4096, name: "ffdhe4096", client: 512, server: 512},
+	{g: GroupFFDHE6144, name: "ffdhe6144", client: 768, server: 768},
+	{g: GroupFFDHE8192, name: "ffdhe8192", client: 1024, server: 1024},
+	{g: GroupMLKEM512, name: "MLKEM512", pq: true, client: mlkem512EK, server: mlkem512CT},
+	{g: GroupMLKEM768, name: "MLKEM768", pq: true, client: mlkem768EK, server: mlkem768CT},
+	{g: GroupMLKEM1024, name: "MLKEM1024", pq: true, client: mlkem1024EK, server: mlkem1024CT},
+	{g: GroupSecP256r1MLKEM768, name: "SecP256r1MLKEM768", pq: true, client: p256Share + mlkem768EK, server: p256Share + mlkem768CT},
+	{g: GroupX25519MLKEM768, name: "X25519MLKEM768", pq: true, client: mlkem768EK + x25519Share, server: mlkem768CT + x25519Share},
+	{g: GroupSecP384r1MLKEM1024, name: "SecP384r1MLKEM1024", pq: true, client: p384Share + mlkem1024EK, server: p384Share + mlkem1024CT},
+	{g: GroupCurveSM2MLKEM768, name: "curveSM2MLKEM768", pq: true, client: p256Share + mlkem768EK, server: p256Share + mlkem768CT},
+	{g: GroupX25519Kyber768Draft00, name: "X25519Kyber768Draft00", pq: true, client: mlkem768EK + x25519Share, server: mlkem768CT + x25519Share},
+	{g: GroupSecP256r1Kyber768Draft00, name: "SecP256r1Kyber768Draft00", pq: true, client: p256Share + mlkem768EK, server: p256Share + mlkem768CT},
+	{g: 0xff01, name: "arbitrary_explicit_prime_curves"},
+	{g: 0xff02, name: "arbitrary_explicit_char2_curves"},
 }
 
+// groupEntry is one registered group.
 type groupEntry struct {
 	g    Group
-	name string
+	name string // IANA's
+	// openssl is OpenSSL's spelling (-groups, ssl_ecdh_curve, nginx's
+	// $ssl_curve) where it differs from name.
+	openssl string
+	pq      bool // a post-quantum or hybrid key exchange
+	// client and server are the key_exchange lengths of a TLS 1.3 key
+	// share (ClientShareSize, ServerShareSize); 0 when unknown.
+	client, server uint16
 }
 
-// lowNames indexes the registry's names below 0x0300 (nearly all of it)
-// by codepoint: the lookup on the per-record path is one array read.
-var lowNames = func() (a [0x300]string) {
-	for _, e := range registry {
-		if e.g < 0x300 {
-			a[e.g] = e.name
-		}
+// index maps every codepoint to its registry entry, as index + 1 (0:
+// unregistered): the lookup on the per-record path is one array read. Its
+// 64 KiB are touched only where the registry has entries.
+var index = func() (a [1 << 16]uint8) {
+	for i, e := range registry {
+		a[e.g] = uint8(i + 1)
 	}
 	return a
 }()
 
-// groupName is the registry lookup; "" when unregistered.
-func groupName(g Group) string {
-	if g < 0x300 {
-		return lowNames[g]
-	}
-	for _, e := range registry[len(registry)-highGroups:] {
-		if e.g == g {
-			return e.name
-		}
-	}
-	return ""
-}
+// The registry's entries are numbered by a uint8 in index.
+const _ = uint8(len(registry) + 1)
 
-// highGroups is how many registry entries lie at 0x0300 and above (the
-// registry is sorted).
-var highGroups = func() int {
-	n := 0
-	for _, e := range registry {
-		if e.g >= 0x300 {
-			n++
-		}
+// entry is g's registry entry, nil when g is unregistered.
+func entry(g Group) *groupEntry {
+	if i := index[g]; i != 0 {
+		return &registry[i-1]
 	}
-	return n
-}()
+	return nil
+}
 
 // groupAliases are the other spellings of registered groups that people and
 // programs use, lower-case: OpenSSL's short names (nginx's $ssl_curve,
