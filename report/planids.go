@@ -124,32 +124,12 @@ func (w *seqWindow) see(s uint64) seqResult {
 	return seqNew
 }
 
-// planIDSeqString is planIDSeq of a string id.
-func planIDSeqString(id string) (uint64, bool) {
-	if len(id) < 17 || id[len(id)-17] != '-' {
-		return 0, false
-	}
-	var seq uint64
-	for i := len(id) - 16; i < len(id); i++ {
-		c := id[i]
-		switch {
-		case '0' <= c && c <= '9':
-			seq = seq<<4 | uint64(c-'0')
-		case 'a' <= c && c <= 'f':
-			seq = seq<<4 | uint64(c-'a'+10)
-		default:
-			return 0, false
-		}
-	}
-	return seq, seq != 0
-}
-
 // seenID reports whether r's id (r.HasID) was seen before, remembering it.
 func (pl *Plan) seenID(r *record.Handshake) bool {
 	prefix, seq := r.IDPrefix, r.IDSeq
 	if r.ID != "" {
 		var ok bool
-		if seq, ok = planIDSeqString(r.ID); ok {
+		if seq, ok = planIDSeq(r.ID); ok {
 			prefix = r.ID[:len(r.ID)-16]
 		}
 	}

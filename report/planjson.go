@@ -841,14 +841,16 @@ func planSetID(r *record.Handshake, v []byte, d *PlanDecoder) bool {
 	return true
 }
 
-// planIDSeq is the sequence number of an id of the agent's form: ok when
-// v ends in '-' and 16 lower-case hex digits, not all 0.
-func planIDSeq(v []byte) (uint64, bool) {
+// planIDSeq is the sequence number of an id of the agent's form (as JSON
+// text or as a record's string): ok when v ends in '-' and 16 lower-case
+// hex digits, not all 0.
+func planIDSeq[T string | []byte](v T) (uint64, bool) {
 	if len(v) < 17 || v[len(v)-17] != '-' {
 		return 0, false
 	}
 	var seq uint64
-	for _, c := range v[len(v)-16:] {
+	for i := len(v) - 16; i < len(v); i++ {
+		c := v[i]
 		switch {
 		case '0' <= c && c <= '9':
 			seq = seq<<4 | uint64(c-'0')

@@ -917,22 +917,22 @@ func (s *Sniffer) newFlow(key flowKey, h uint64) *flow {
 	f.dir[0].tlsStart, f.dir[1].tlsStart = -1, -1
 	s.flows.put(f, h)
 	s.stats.Flows++
-	f.next = s.head
-	if s.head != nil {
-		s.head.prev = f
-	}
-	s.head = f
-	if s.tail == nil {
-		s.tail = f
-	}
+	s.pushFront(f)
 	return f
 }
 
+// touch makes f the most recently active flow.
 func (s *Sniffer) touch(f *flow) {
 	if s.head == f {
 		return
 	}
 	s.unlink(f)
+	s.pushFront(f)
+}
+
+// pushFront puts f, linked nowhere, at the head of the activity list (the
+// tail is evicted first).
+func (s *Sniffer) pushFront(f *flow) {
 	f.next = s.head
 	if s.head != nil {
 		s.head.prev = f
