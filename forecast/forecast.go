@@ -173,19 +173,17 @@ type Policy struct {
 
 // The groups of the built-in policies, by their registry names.
 const (
-	gX25519MLKEM768     = uint16(tlsparse.GroupX25519MLKEM768)
-	gSecP256r1MLKEM768  = uint16(tlsparse.GroupSecP256r1MLKEM768)
-	gSecP384r1MLKEM1024 = uint16(tlsparse.GroupSecP384r1MLKEM1024)
-	gX25519             = uint16(tlsparse.GroupX25519)
-	gSecp256r1          = uint16(tlsparse.GroupSecp256r1)
-	gSecp384r1          = uint16(tlsparse.GroupSecp384r1)
-	gSecp521r1          = uint16(tlsparse.GroupSecp521r1)
-	gX448               = uint16(tlsparse.GroupX448)
-	gFFDHE2048          = uint16(tlsparse.GroupFFDHE2048)
-	gFFDHE3072          = uint16(tlsparse.GroupFFDHE3072)
-	gFFDHE4096          = uint16(tlsparse.GroupFFDHE4096)
-	gFFDHE6144          = uint16(tlsparse.GroupFFDHE6144)
-	gFFDHE8192          = uint16(tlsparse.GroupFFDHE8192)
+	gX25519MLKEM768 = uint16(tlsparse.GroupX25519MLKEM768)
+	gX25519         = uint16(tlsparse.GroupX25519)
+	gSecp256r1      = uint16(tlsparse.GroupSecp256r1)
+	gSecp384r1      = uint16(tlsparse.GroupSecp384r1)
+	gSecp521r1      = uint16(tlsparse.GroupSecp521r1)
+	gX448           = uint16(tlsparse.GroupX448)
+	gFFDHE2048      = uint16(tlsparse.GroupFFDHE2048)
+	gFFDHE3072      = uint16(tlsparse.GroupFFDHE3072)
+	gFFDHE4096      = uint16(tlsparse.GroupFFDHE4096)
+	gFFDHE6144      = uint16(tlsparse.GroupFFDHE6144)
+	gFFDHE8192      = uint16(tlsparse.GroupFFDHE8192)
 )
 
 // DefaultPolicy is OpenSSL 3.5's built-in default, "?*X25519MLKEM768 /
@@ -197,12 +195,10 @@ var DefaultPolicy = Policy{
 }
 
 // GoPolicy is Go 1.26 crypto/tls's default (and so Caddy's unless
-// configured): X25519MLKEM768, SecP256r1MLKEM768, SecP384r1MLKEM1024, x25519,
-// secp256r1, secp384r1, secp521r1.
-var GoPolicy = Policy{
-	Groups: []uint16{gX25519MLKEM768, gSecP256r1MLKEM768, gSecP384r1MLKEM1024, gX25519, gSecp256r1, gSecp384r1, gSecp521r1},
-	Mode:   ModeGo,
-}
+// configured): every group it implements, in its order
+// ([tlsparse.GoGroups]: X25519MLKEM768, SecP256r1MLKEM768,
+// SecP384r1MLKEM1024, x25519, secp256r1, secp384r1, secp521r1).
+var GoPolicy = Policy{Groups: goOrder(), Mode: ModeGo}
 
 // CaddyPolicy is Caddy 2.11's default (modules/caddytls defaultCurves, set
 // as CurvePreferences of Go's crypto/tls): X25519MLKEM768, x25519,
@@ -239,18 +235,24 @@ func NamedPolicy(name string) (Policy, bool) {
 	return p, true
 }
 
-// goOrder is Go 1.26's fixed group preference (defaultCurvePreferences).
-var goOrder = [...]uint16{gX25519MLKEM768, gSecP256r1MLKEM768, gSecP384r1MLKEM1024, gX25519, gSecp256r1, gSecp384r1, gSecp521r1}
+// goOrder is Go's fixed group preference as codepoints.
+func goOrder() []uint16 {
+	out := make([]uint16, len(tlsparse.GoGroups))
+	for i, g := range tlsparse.GoGroups {
+		out[i] = uint16(g)
+	}
+	return out
+}
 
-// goRank is g's place in goOrder, len(goOrder) for a group Go does not
-// implement.
+// goRank is g's place in Go's preference ([tlsparse.GoGroups]),
+// len(tlsparse.GoGroups) for a group Go does not implement.
 func goRank(g uint16) int {
-	for i, x := range goOrder {
-		if x == g {
+	for i, x := range tlsparse.GoGroups {
+		if uint16(x) == g {
 			return i
 		}
 	}
-	return len(goOrder)
+	return len(tlsparse.GoGroups)
 }
 
 // ParsePolicy reads a server preference list: group names separated by ","

@@ -10,12 +10,15 @@ import (
 	"github.com/pqwatch/pqwatch/tlsparse"
 )
 
-// goGroups are the key exchanges crypto/tls (Go 1.26) implements: the
-// groups an arm can offer.
-var goGroups = []tls.CurveID{
-	tls.X25519MLKEM768, tls.SecP256r1MLKEM768, tls.SecP384r1MLKEM1024,
-	tls.X25519, tls.CurveP256, tls.CurveP384, tls.CurveP521,
-}
+// goGroups are the key exchanges crypto/tls implements, in its own
+// preference order (tlsparse.GoGroups): the groups an arm can offer.
+var goGroups = func() []tls.CurveID {
+	out := make([]tls.CurveID, len(tlsparse.GoGroups))
+	for i, g := range tlsparse.GoGroups {
+		out[i] = tls.CurveID(g)
+	}
+	return out
+}()
 
 // GroupName returns the IANA name of a key exchange group (tlsparse's
 // registry), or "0x" and four lower-case hex digits for an unregistered one.

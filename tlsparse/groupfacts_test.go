@@ -1,6 +1,13 @@
 package tlsparse
 
-import "testing"
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"slices"
+	"testing"
+	"time"
+)
 
 // TestGroupFacts: the registry's share sizes against the published values
 // (FIPS 203 for ML-KEM, draft-ietf-tls-ecdhe-mlkem for the hybrids, RFC
@@ -50,5 +57,38 @@ func TestGroupFacts(t *testing.T) {
 		if back, ok := ParseGroup(g.OpenSSLName()); !ok || back != g {
 			t.Errorf("%v: OpenSSL name %q parses to %v %v", g, g.OpenSSLName(), back, ok)
 		}
+	}
+}
+
+// TestGoGroups: GoGroups is what crypto/tls offers when asked for every
+// group it implements, in any order: its own fixed preference.
+func TestGoGroups(t *testing.T) {
+	curves := make([]tls.CurveID, len(GoGroups))
+	for i, g := range GoGroups {
+		curves[len(curves)-1-i] = tls.CurveID(g) // reversed: Go's order wins
+	}
+	c, s := net.Pipe()
+	defer s.Close()
+	go func() {
+		cl := tls.Client(c, &tls.Config{ServerName: "pqwatch.test", CurvePreferences: curves, MinVersion: tls.VersionTLS13})
+		_ = cl.SetDeadline(time.Now().Add(5 * time.Second))
+		_ = cl.Handshake()
+		c.Close()
+	}()
+	_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 5)
+	if _, err := io.ReadFull(s, hdr); err != nil {
+		t.Fatal(err)
+	}
+	msg := make([]byte, int(hdr[3])<<8|int(hdr[4]))
+	if _, err := io.ReadFull(s, msg); err != nil {
+		t.Fatal(err)
+	}
+	var ch ClientHello
+	if err := ch.Parse(msg); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ch.SupportedGroups, GoGroups) {
+		t.Errorf("crypto/tls offers %v for every group it implements, GoGroups is %v", ch.SupportedGroups, GoGroups)
 	}
 }

@@ -262,6 +262,15 @@ func ParseGroup(s string) (g Group, ok bool) {
 	return g, ok
 }
 
+// GoGroups are the groups Go's crypto/tls (1.26) implements, in its fixed
+// preference order (defaultCurvePreferences, hybrids first): a Go client
+// offers and a Go server picks among these only, whatever order its
+// Config.CurvePreferences gives.
+var GoGroups = []Group{
+	GroupX25519MLKEM768, GroupSecP256r1MLKEM768, GroupSecP384r1MLKEM1024,
+	GroupX25519, GroupSecp256r1, GroupSecp384r1, GroupSecp521r1,
+}
+
 // CommonGroups are the groups deployed TLS stacks offer (the group names of
 // pqwatch's record contract): each is a label value of its own in the
 // metrics, where any other group counts as "other".
