@@ -165,18 +165,12 @@ func NewForecast(p forecast.Policy) *Forecast {
 }
 
 // PQKeyShare reports whether r's ClientHello carried a key share for a PQ
-// or hybrid group (from KeyShareIDs, else from the key_shares names).
+// or hybrid group (its KeyShareIDs: a record read from JSON has them from
+// record.Handshake.FillIDs).
 func PQKeyShare(r *record.Handshake) bool {
 	for _, g := range r.KeyShareIDs {
 		if tlsparse.Group(g).IsPQ() {
 			return true
-		}
-	}
-	if len(r.KeyShareIDs) == 0 {
-		for _, ks := range r.KeyShares {
-			if g, ok := tlsparse.ParseGroup(ks.Group); ok && g.IsPQ() {
-				return true
-			}
 		}
 	}
 	return false

@@ -316,8 +316,8 @@ func TestJA4RowsSplitByPQ(t *testing.T) {
 	}
 }
 
-// TestPQKeyShare reads the key shares from their codepoints, or from their
-// names on a record decoded from JSON.
+// TestPQKeyShare reads the key shares from their codepoints, which a record
+// decoded from JSON has from its names (FillIDs).
 func TestPQKeyShare(t *testing.T) {
 	cases := []struct {
 		name string
@@ -328,10 +328,11 @@ func TestPQKeyShare(t *testing.T) {
 		{"kyber share", hello("13", []uint16{kyber, x25519}, []uint16{kyber}), true},
 		{"classical share", hello("13", goDefault, []uint16{x25519}), false},
 		{"no share", hello("12", []uint16{x25519}, nil), false},
-		{"names only", &record.Handshake{KeyShares: []record.KeyShare{{Group: "x25519", Bytes: 32}, {Group: "X25519MLKEM768", Bytes: 1216}}}, true},
-		{"names only, classical", &record.Handshake{KeyShares: []record.KeyShare{{Group: "x25519", Bytes: 32}}}, false},
+		{"from JSON", &record.Handshake{KeyShares: []record.KeyShare{{Group: "x25519", Bytes: 32}, {Group: "X25519MLKEM768", Bytes: 1216}}}, true},
+		{"from JSON, classical", &record.Handshake{KeyShares: []record.KeyShare{{Group: "x25519", Bytes: 32}}}, false},
 	}
 	for _, c := range cases {
+		c.r.FillIDs()
 		if got := PQKeyShare(c.r); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
