@@ -13,8 +13,8 @@ const module = "github.com/pqwatch/pqwatch/"
 // (non-test code). Dependencies point down: the pure parsers import nothing
 // of ours, the record only the group registry (tlsparse); the pipeline
 // imports the stages and sinks but nothing that runs it; only cmd wires
-// everything. A new package must be
-// added here, with its place in CONTRIBUTING.md.
+// everything. A new package must be added here, with its place in
+// CONTRIBUTING.md.
 var allowed = map[string][]string{
 	"record":            {"tlsparse"},
 	"tlsparse":          nil,
