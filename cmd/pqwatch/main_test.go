@@ -43,9 +43,33 @@ func TestMain(m *testing.M) {
 		ctx, stop := signalContext()
 		code := runMain(ctx, args, os.Stdout, os.Stderr)
 		stop()
+		if path := os.Getenv("PQWATCH_TEST_PEAK_RSS"); path != "" {
+			writePeakRSS(path)
+		}
 		os.Exit(code)
 	}
 	os.Exit(m.Run())
+}
+
+// writePeakRSS writes this process's peak RSS in KiB (VmHWM) to path. A
+// parent cannot take it from wait4's ru_maxrss: os/exec starts the child
+// on the parent's memory (CLONE_VM), and the exec records that memory's
+// high-water mark as the child's, so a test process larger than the child
+// would be measured instead.
+func writePeakRSS(path string) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		panic(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if err := os.WriteFile(path, []byte(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))), 0o644); err != nil {
+				panic(err)
+			}
+			return
+		}
+	}
+	panic("no VmHWM in /proc/self/status")
 }
 
 // pqwatchProcess starts the test binary as `pqwatch ARGS...`.
