@@ -27,6 +27,8 @@ import (
 type soakSample struct {
 	at                        time.Duration
 	rss, heap                 float64 // bytes
+	heapFree, goSys, nextGC   float64 // bytes: heap idle not yet returned, Go's mappings less returned, the collector's goal
+	stacks                    float64 // bytes
 	flows, joinPending, joins float64
 	handshakes                float64
 	joinResults               []string
@@ -39,7 +41,10 @@ type soakSample struct {
 // its 95% interval must hold 0; every handshake counted, every line joined.
 // make test runs 20 s at 100 handshakes a second (warm-up only: the slope
 // is reported, not judged); make soak (PQWATCH_SOAK=1) runs the 30
-// minutes at 300 a second (PQWATCH_SOAK_DURATION overrides).
+// minutes at 300 a second (PQWATCH_SOAK_DURATION overrides). With
+// PQWATCH_SOAK_PROFILES=dir the agent serves pprof and the test saves its
+// heap profile and /proc/PID/smaps there every minute (heap-MM.pb.gz,
+// smaps-MM.txt), for finding what grows (go tool pprof -diff_base).
 func TestMemorySoak(t *testing.T) {
 	if testing.Short() {
 		t.Skip("live soak; skipped with -short")
@@ -69,8 +74,22 @@ func TestMemorySoak(t *testing.T) {
 	metrics := ml.Addr().String()
 	ml.Close()
 	var stderr testenv.Buffer
-	cmd := exec.Command(bin, "run", "-iface", "lo", "-ports", strconv.Itoa(port), "-metrics-addr", metrics,
-		"-nginx-log", ngx.AccessLog, "-nginx-log-format", strings.Trim(testenv.RecommendedLogFormat, "'"))
+	args := []string{"run", "-iface", "lo", "-ports", strconv.Itoa(port), "-metrics-addr", metrics,
+		"-nginx-log", ngx.AccessLog, "-nginx-log-format", strings.Trim(testenv.RecommendedLogFormat, "'")}
+	profDir, pprofAddr := os.Getenv("PQWATCH_SOAK_PROFILES"), ""
+	if profDir != "" {
+		if err := os.MkdirAll(profDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		pl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pprofAddr = pl.Addr().String()
+		pl.Close()
+		args = append(args, "-pprof-addr", pprofAddr)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -122,6 +141,7 @@ func TestMemorySoak(t *testing.T) {
 		}
 	})
 	var samples []soakSample
+	savedMinute := 0
 	start := time.Now()
 	sampler := time.NewTicker(every)
 	defer sampler.Stop()
@@ -131,7 +151,19 @@ sampling:
 		case <-ctx.Done():
 			break sampling
 		case <-sampler.C:
-			samples = append(samples, sampleAgent(t, cmd.Process.Pid, metrics, time.Since(start)))
+			s := sampleAgent(t, cmd.Process.Pid, metrics, time.Since(start))
+			samples = append(samples, s)
+			if profDir != "" {
+				f, err := os.OpenFile(filepath.Join(profDir, "samples.txt"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+				if err == nil {
+					fmt.Fprintf(f, "%s %.1f %.1f %.1f %.1f %.1f %.1f %.0f %.1f %.0f %.0f\n", s.at.Round(time.Second), s.rss/1e6, s.heap/1e6, s.heapFree/1e6, s.nextGC/1e6, s.goSys/1e6, s.stacks/1e6, s.flows, s.joinPending/1e3, s.handshakes, s.joins)
+					f.Close()
+				}
+			}
+			if m := int(s.at / time.Minute); profDir != "" && m > savedMinute {
+				savedMinute = m
+				saveProfiles(t, profDir, m, cmd.Process.Pid, pprofAddr)
+			}
 		}
 	}
 	wg.Wait()
@@ -142,12 +174,33 @@ sampling:
 
 	n := sent.Load()
 	t.Logf("%d requests in %v (%.0f/s, %d failed); agent: %.0f handshakes counted, %.0f joined", n, dur, float64(n)/dur.Seconds(), failed.Load(), last.handshakes, last.joins)
-	t.Logf("%8s %10s %10s %8s %12s", "t", "RSS MB", "heap MB", "flows", "join pend KB")
+	// heap MB: Go's heap in use; free MB: heap pages free but not yet
+	// returned to the OS; goal MB: the collector's next heap goal; Go MB:
+	// what Go has mapped less what it returned (RSS beyond it is outside
+	// Go: the capture rings, the eBPF maps, the binary).
+	t.Logf("%8s %8s %8s %8s %8s %8s %8s %8s %12s", "t", "RSS MB", "heap MB", "free MB", "goal MB", "Go MB", "stack MB", "flows", "join pend KB")
 	for _, s := range samples {
-		t.Logf("%8s %10.1f %10.1f %8.0f %12.1f", s.at.Round(time.Second), s.rss/1e6, s.heap/1e6, s.flows, s.joinPending/1e3)
+		t.Logf("%8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.0f %12.1f", s.at.Round(time.Second), s.rss/1e6, s.heap/1e6, s.heapFree/1e6, s.nextGC/1e6, s.goSys/1e6, s.stacks/1e6, s.flows, s.joinPending/1e3)
 	}
-	slope, ci := rssSlope(samples[len(samples)/3:])
-	t.Logf("RSS slope after warm-up: %.2f MB/h (95%% interval ±%.2f)", slope, ci)
+	// Judged: the last 20 minutes (the last two thirds of a shorter run);
+	// a longer run also reports each 20 minutes ending on a 10th minute.
+	judged := samples[len(samples)/3:]
+	if dur >= 30*time.Minute {
+		judged = samplesFrom(samples, dur-20*time.Minute)
+	}
+	slope, ci := rssSlope(judged)
+	if dur > 30*time.Minute {
+		for end := 30 * time.Minute; end <= dur; end += 10 * time.Minute {
+			w := samplesFrom(samples, end-20*time.Minute)
+			w = w[:len(w)-len(samplesFrom(w, end+time.Second))]
+			s, c := rssSlope(w)
+			t.Logf("RSS slope over minutes %.0f-%.0f: %.2f MB/h (95%% interval ±%.2f)", (end - 20*time.Minute).Minutes(), end.Minutes(), s, c)
+		}
+	}
+	if len(judged) == 0 {
+		t.Fatalf("no samples (every %v in %v)", every, dur)
+	}
+	t.Logf("RSS slope after warm-up (from %v): %.2f MB/h (95%% interval ±%.2f)", judged[0].at.Round(time.Second), slope, ci)
 	if float64(n) < 0.9*float64(rate)*dur.Seconds() {
 		t.Logf("the load fell short of %d/s on this machine (%d sent)", rate, n)
 	}
@@ -193,6 +246,17 @@ func sampleAgent(t *testing.T, pid int, metrics string, at time.Duration) soakSa
 		switch {
 		case strings.HasPrefix(l, "go_memstats_heap_inuse_bytes "):
 			s.heap = v
+		case strings.HasPrefix(l, "go_memstats_heap_idle_bytes "):
+			s.heapFree += v
+		case strings.HasPrefix(l, "go_memstats_heap_released_bytes "):
+			s.heapFree -= v
+			s.goSys -= v
+		case strings.HasPrefix(l, "go_memstats_sys_bytes "):
+			s.goSys += v
+		case strings.HasPrefix(l, "go_memstats_next_gc_bytes "):
+			s.nextGC = v
+		case strings.HasPrefix(l, "go_memstats_stack_sys_bytes "):
+			s.stacks = v
 		case strings.HasPrefix(l, "pqwatch_flows_active "):
 			s.flows = v
 		case strings.HasPrefix(l, "pqwatch_log_join_pending_bytes "):
@@ -207,6 +271,37 @@ func sampleAgent(t *testing.T, pid int, metrics string, at time.Duration) soakSa
 		}
 	}
 	return s
+}
+
+// saveProfiles saves the agent's heap profile and its smaps for minute m
+// in dir.
+func saveProfiles(t *testing.T, dir string, m, pid int, pprofAddr string) {
+	t.Helper()
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid)); err == nil {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("smaps-%02d.txt", m)), b, 0o644)
+	}
+	resp, err := http.Get("http://" + pprofAddr + "/debug/pprof/heap")
+	if err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Logf("heap profile: %v (HTTP %d)", err, resp.StatusCode)
+		return
+	}
+	os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%02d.pb.gz", m)), b, 0o644)
+}
+
+// samplesFrom is the samples taken at from or later.
+func samplesFrom(ss []soakSample, from time.Duration) []soakSample {
+	for i, s := range ss {
+		if s.at >= from {
+			return ss[i:]
+		}
+	}
+	return nil
 }
 
 // rssSlope is the least-squares slope of RSS over time in MB an hour and
