@@ -31,6 +31,7 @@ type soakSample struct {
 	stacks                    float64 // bytes
 	flows, joinPending, joins float64
 	handshakes                float64
+	acceptEvictions           float64 // the accept index's: more than 0 once it is full
 	joinResults               []string
 }
 
@@ -200,6 +201,18 @@ sampling:
 	if len(judged) == 0 {
 		t.Fatalf("no samples (every %v in %v)", every, dur)
 	}
+	// The last table to reach its bound is the accept index (its
+	// generations are made as they fill): until it evicts, the live heap
+	// still grows.
+	for _, s := range samples {
+		if s.acceptEvictions > 0 {
+			t.Logf("the accept index was full (evicting) at %v", s.at.Round(time.Second))
+			if s.at > judged[0].at {
+				t.Logf("the judged window starts at %v, before the accept index was full: it holds warm-up", judged[0].at.Round(time.Second))
+			}
+			break
+		}
+	}
 	t.Logf("RSS slope after warm-up (from %v): %.2f MB/h (95%% interval ±%.2f)", judged[0].at.Round(time.Second), slope, ci)
 	if float64(n) < 0.9*float64(rate)*dur.Seconds() {
 		t.Logf("the load fell short of %d/s on this machine (%d sent)", rate, n)
@@ -261,6 +274,8 @@ func sampleAgent(t *testing.T, pid int, metrics string, at time.Duration) soakSa
 			s.flows = v
 		case strings.HasPrefix(l, "pqwatch_log_join_pending_bytes "):
 			s.joinPending = v
+		case strings.HasPrefix(l, "pqwatch_accept_index_evictions_total "):
+			s.acceptEvictions = v
 		case strings.HasPrefix(l, "pqwatch_handshakes_total{"):
 			s.handshakes += v
 		case strings.HasPrefix(l, `pqwatch_log_joins_total{result="joined"}`):
