@@ -222,6 +222,18 @@ sampling:
 		}
 	}
 	t.Logf("RSS slope after warm-up (from %v): %.2f MB/h (95%% interval ±%.2f)", judged[0].at.Round(time.Second), slope, ci)
+	// What does not follow the rate: RSS outside Go's own memory; and
+	// whether the machine kept the rate steady over the window (RSS
+	// follows it: Go's memory is about 110% of a heap goal twice the live
+	// heap, mostly the join's window).
+	outSlope, outCI := lsSlope(judged, func(s soakSample) float64 { return (s.rss - s.goSys) / 1e6 })
+	t.Logf("RSS outside Go's memory: slope %.2f MB/h (95%% interval ±%.2f)", outSlope, outCI)
+	if q := len(judged) / 4; q > 0 {
+		rateOf := func(w []soakSample) float64 {
+			return (w[len(w)-1].handshakes - w[0].handshakes) / (w[len(w)-1].at - w[0].at).Seconds()
+		}
+		t.Logf("handshakes a second in the window's first quarter %.0f, last quarter %.0f", rateOf(judged[:q+1]), rateOf(judged[len(judged)-q-1:]))
+	}
 	if float64(n) < 0.9*float64(rate)*dur.Seconds() {
 		t.Logf("the load fell short of %d/s on this machine (%d sent)", rate, n)
 	}
@@ -330,6 +342,12 @@ func samplesFrom(ss []soakSample, from time.Duration) []soakSample {
 // rssSlope is the least-squares slope of RSS over time in MB an hour and
 // the half-width of its 95% interval (normal approximation).
 func rssSlope(ss []soakSample) (slope, ci float64) {
+	return lsSlope(ss, func(s soakSample) float64 { return s.rss / 1e6 })
+}
+
+// lsSlope is the least-squares slope of y over time in y's unit an hour
+// and the half-width of its 95% interval (normal approximation).
+func lsSlope(ss []soakSample, y func(soakSample) float64) (slope, ci float64) {
 	n := float64(len(ss))
 	if n < 3 {
 		return 0, math.Inf(1)
@@ -337,19 +355,19 @@ func rssSlope(ss []soakSample) (slope, ci float64) {
 	var mx, my float64
 	for _, s := range ss {
 		mx += s.at.Hours()
-		my += s.rss / 1e6
+		my += y(s)
 	}
 	mx, my = mx/n, my/n
 	var sxx, sxy float64
 	for _, s := range ss {
 		dx := s.at.Hours() - mx
 		sxx += dx * dx
-		sxy += dx * (s.rss/1e6 - my)
+		sxy += dx * (y(s) - my)
 	}
 	slope = sxy / sxx
 	var sse float64
 	for _, s := range ss {
-		e := s.rss/1e6 - my - slope*(s.at.Hours()-mx)
+		e := y(s) - my - slope*(s.at.Hours()-mx)
 		sse += e * e
 	}
 	se := math.Sqrt(sse / (n - 2) / sxx)
