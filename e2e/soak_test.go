@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -212,14 +213,14 @@ sampling:
 	// The last table to reach its bound is the accept index (its
 	// generations are made as they fill): until it evicts, the live heap
 	// still grows.
-	for _, s := range samples {
-		if s.acceptEvictions > 0 {
-			t.Logf("the accept index was full (evicting) at %v", s.at.Round(time.Second))
-			if s.at > judged[0].at {
-				t.Logf("the judged window starts at %v, before the accept index was full: it holds warm-up", judged[0].at.Round(time.Second))
-			}
-			break
-		}
+	full := slices.IndexFunc(samples, func(s soakSample) bool { return s.acceptEvictions > 0 })
+	switch {
+	case full < 0:
+		t.Logf("the accept index was not full in this run: the judged window holds warm-up")
+	case samples[full].at > judged[0].at:
+		t.Logf("the accept index was full (evicting) at %v, after the judged window's start: the window holds warm-up", samples[full].at.Round(time.Second))
+	default:
+		t.Logf("the accept index was full (evicting) at %v", samples[full].at.Round(time.Second))
 	}
 	t.Logf("RSS slope after warm-up (from %v): %.2f MB/h (95%% interval ±%.2f)", judged[0].at.Round(time.Second), slope, ci)
 	// What does not follow the rate: RSS outside Go's own memory; and
