@@ -32,6 +32,7 @@ type soakSample struct {
 	stacks                    float64 // bytes
 	flows, joinPending, joins float64
 	handshakes                float64
+	acceptEvents              float64
 	acceptEvictions           float64 // the accept index's: more than 0 once it is full
 	joinResults               []string
 }
@@ -215,6 +216,8 @@ sampling:
 	// still grows.
 	full := slices.IndexFunc(samples, func(s soakSample) bool { return s.acceptEvictions > 0 })
 	switch {
+	case last.acceptEvents == 0:
+		t.Logf("no accept events (no eBPF accept tracking): no accept index")
 	case full < 0:
 		t.Logf("the accept index was not full in this run: the judged window holds warm-up")
 	case samples[full].at > judged[0].at:
@@ -295,6 +298,8 @@ func sampleAgent(t *testing.T, pid int, metrics string, at time.Duration) soakSa
 			s.flows = v
 		case strings.HasPrefix(l, "pqwatch_log_join_pending_bytes "):
 			s.joinPending = v
+		case strings.HasPrefix(l, "pqwatch_accept_events_total "):
+			s.acceptEvents = v
 		case strings.HasPrefix(l, "pqwatch_accept_index_evictions_total "):
 			s.acceptEvictions = v
 		case strings.HasPrefix(l, "pqwatch_handshakes_total{"):
