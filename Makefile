@@ -57,13 +57,13 @@ test-short:
 # up to 400/s, five 10 s trials per arm and rate), the max-rate search (5 s
 # steps, four bisections) and 2,000 idle TLS sessions
 # held against nginx and Caddy: about 10 minutes on the 2-core test machine
-# (plus the agent's 40-minute memory soak at 300 handshakes a second),
+# (plus the agent's 30-minute memory soak at 300 handshakes a second),
 # (ladder 6 min, idle sessions 30 s, search 3 min), more when a busy host
 # leaves an arm and rate without a valid trial and the ladder is repeated.
 soak:
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 30m -run 'Flood' -v ./e2e ./sniffer/...
 	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 60m -run 'Soak|Ladder|IdleSessions|MaxRateSearch' -v ./loadgen
-	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 55m -run 'MemorySoak' -v ./e2e
+	PQWATCH_SOAK=1 $(GO) test -count=1 -timeout 45m -run 'MemorySoak' -v ./e2e
 
 # Go benchmarks (the plan's: BenchmarkPlanRecords and BenchmarkPlanPeakMemory
 # report records and GiB per CPU second and peak RSS on 1 M and 10 M
