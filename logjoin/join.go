@@ -1004,7 +1004,14 @@ func (j *Joiner) remove(e *entry) {
 	}
 	k := e.k()
 	del := func(s []*entry) []*entry {
-		if i := slices.Index(s, e); i >= 0 {
+		switch i := slices.Index(s, e); {
+		case i == 0:
+			// The oldest, the usual one (entries are purged in time
+			// order): no move of the rest, which behind a NAT is every
+			// connection of the address in the last minutes.
+			s[0] = nil
+			s = s[1:]
+		case i > 0:
 			s = slices.Delete(s, i, i+1)
 		}
 		return s

@@ -371,6 +371,34 @@ func BenchmarkJoinAdd(b *testing.B) {
 	}
 }
 
+// BenchmarkJoinAddOneAddress is BenchmarkJoinAdd behind a NAT: every
+// connection from one client address (its ports in turn), 300 a second of
+// simulated time, the default windows: some 43,000 decided entries of that
+// address are kept, and each one purged is taken out of its address's list.
+func BenchmarkJoinAddOneAddress(b *testing.B) {
+	j := New(Options{MaxPending: 1 << 20, MaxPendingBytes: 1 << 30})
+	h0 := hs("10.0.0.1", 0, 0, "x25519")
+	l0 := line("10.0.0.1", 0, 0, "/")
+	b.ReportAllocs()
+	i := 0
+	now := t0
+	for b.Loop() {
+		h := *h0
+		h.ClientPort = uint16(1024 + i%64000)
+		h.TS = now
+		l := l0
+		l.Port, l.Time = h.ClientPort, now.Add(time.Millisecond)
+		j.AddHandshake(&h, now)
+		j.AddLine(l, now)
+		i++
+		now = now.Add(time.Second / 300)
+	}
+	j.Flush()
+	if st := j.Stats(); st.Joined != uint64(i) {
+		b.Fatalf("joined %d of %d", st.Joined, i)
+	}
+}
+
 // BenchmarkPendingStore compares the two candidate stores for the pending
 // index (address+port -> entry) on insert+lookup+delete: a Go map of
 // pointers, and fastcache (which stores bytes only, so it would hold an index
