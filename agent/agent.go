@@ -741,7 +741,7 @@ func (a *Agent) SnifferStats() sniffer.Stats { return a.pipe.SnifferStats() }
 // with it.
 func (a *Agent) Result() pipeline.Result {
 	r := a.pipe.Result()
-	if len(a.cfg.NginxLogs)+len(a.cfg.CaddyLogs) > 0 {
+	if a.joiner != nil { // logs named by flag or found under -pod-logs
 		lr := a.LogResult()
 		r.Log = &lr
 	}
