@@ -253,7 +253,7 @@ func New(cfg Config) (a *Agent, err error) {
 		sc.MaxBufferedBytes = int(max(cfg.BufferBudget/int64(n), MinWorkerBudget))
 	}
 	pc := pipeline.Config{
-		Source: &pipeline.Rings{Capture: capt, N: n, BatchEnd: a.batchEnd}, Sniffer: sc,
+		Source: &pipeline.Rings{Capture: capt, BatchEnd: a.batchEnd}, Sniffer: sc,
 		IDs: pipeline.NewIDs(cfg.Node), Merge: &merge.Config{HoldNow: multiView(cfg.Ifaces), Hold: mergeHold(cfg.Ifaces, n, cfg.BlockTimeout)},
 		Taps:    []record.Sink{a.metrics, exporter.ForecastSink(a.metrics, policy)},
 		Recycle: cfg.RecycleRecords, Logger: cfg.Logger,

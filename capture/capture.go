@@ -606,6 +606,10 @@ func (c *Capture) Close() error {
 	return nil
 }
 
+// Workers is the number of fanout members per interface (Config.Workers,
+// GOMAXPROCS when it was 0): a handler's worker is below it.
+func (c *Capture) Workers() int { return c.cfg.Workers }
+
 // Filter is the kernel filter in use: FilterEBPF or FilterClassic.
 func (c *Capture) Filter() string {
 	if c.ebpf != nil {

@@ -93,12 +93,11 @@ func (f *Files) Run(ctx context.Context, p *Pipeline) error {
 // each batch, its lock released (the daemon's housekeeping rides on it).
 type Rings struct {
 	Capture  *capture.Capture
-	N        int // the capture's workers (capture.Config.Workers)
 	BatchEnd func(worker int)
 }
 
 // Workers is the capture's fanout members.
-func (r *Rings) Workers() int { return r.N }
+func (r *Rings) Workers() int { return r.Capture.Workers() }
 
 // Run captures until ctx ends (and the rings' drain after it).
 func (r *Rings) Run(ctx context.Context, p *Pipeline) error {
